@@ -1,0 +1,383 @@
+# -*- coding: utf-8 -*-
+# Copyright: blackwell.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Metric math for the sglang_bench module: pure functions, stdlib only, Python >= 3.9.
+
+Definitions follow SGLang's ``sglang.benchmark.serving`` where it has one (names included), so
+figures compare with bench_serving's output:
+
+* ``ttft`` = first byte of the first token-bearing chunk - request sent.
+* ``e2e`` (``e2e_latency``) = last chunk - request sent.
+* ``tpot`` = (e2e - ttft) / (n - 1), n = output tokens as counted by the server (requests with n < 2
+  have no TPOT), exactly bench_serving's ``tpot_ms``.
+* ``decode_tps`` (per-request decode rate) = (n - 1) / (e2e - ttft) = 1 / tpot. The first token is
+  produced by prefill and arrives at TTFT, so the decode phase produces n - 1 tokens in e2e - ttft.
+  This is the issue's "output tokens / (e2e - TTFT)" with the first token taken out (it equals
+  AIPerf's "output token throughput per user"). GuideLLM's and llmperf's per-request tok/s divide
+  by the whole e2e (TTFT included) and read lower; do not compare them 1:1.
+* ``itl`` per token: a chunk that carries k new tokens after a gap g contributes k values g / k
+  (speculative decoding sends several tokens per chunk), as bench_serving does for its sglang
+  backend. ``chunk_gap`` keeps the raw gaps between token-bearing chunks.
+* ``output_throughput`` = sum of output tokens of completed requests / wall duration of the level
+  (first request sent -> last request finished); ``request_throughput`` = completed / duration.
+* percentiles use numpy's default "linear" method (what bench_serving calls via np.percentile).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import math
+import re
+
+__metaclass__ = type
+
+PERCENTILES = (50, 90, 99)
+
+
+# ---------------------------------------------------------------- basic statistics
+def percentile(values, q):
+    """numpy.percentile(values, q) with the default 'linear' method; None for no values."""
+    if not values:
+        return None
+    if q < 0 or q > 100:
+        raise ValueError("percentile must be within [0, 100], got %r" % (q,))
+    data = sorted(values)
+    if len(data) == 1:
+        return float(data[0])
+    pos = (len(data) - 1) * (q / 100.0)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(data) - 1)
+    frac = pos - lo
+    return float(data[lo] + (data[hi] - data[lo]) * frac)
+
+
+def mean(values):
+    if not values:
+        return None
+    return float(math.fsum(values) / len(values))
+
+
+def stdev(values):
+    """Sample standard deviation (n - 1); None below two values."""
+    if len(values) < 2:
+        return None
+    m = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def summarize(values, scale=1.0, percentiles=PERCENTILES):
+    """{'mean', 'p50', 'p90', 'p99'} of values multiplied by scale (None entries when empty)."""
+    out = {"mean": None}
+    for q in percentiles:
+        out["p%d" % q] = None
+    if not values:
+        return out
+    out["mean"] = mean(values) * scale
+    for q in percentiles:
+        out["p%d" % q] = percentile(values, q) * scale
+    return out
+
+
+# ---------------------------------------------------------------- Student-t
+def _betacf(a, b, x):
+    """Continued fraction of the regularized incomplete beta (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    if abs(d) < tiny:
+        d = tiny
+    d = 1.0 / d
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = tiny if abs(d) < tiny else d
+        c = 1.0 + aa / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = tiny if abs(d) < tiny else d
+        c = 1.0 + aa / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a, b, x):
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(lbeta + a * math.log(x) + b * math.log(1.0 - x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t, df):
+    """CDF of Student's t with df degrees of freedom."""
+    if df <= 0:
+        raise ValueError("degrees of freedom must be positive")
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2.0, 0.5, x)
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_ppf(p, df):
+    """Quantile of Student's t (bisection on t_cdf; |error| < 1e-10)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError("probability must be within (0, 1)")
+    if p == 0.5:
+        return 0.0
+    if p < 0.5:
+        return -t_ppf(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+        if hi > 1e12:
+            return float("inf")
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return (lo + hi) / 2.0
+
+
+def confidence_interval(values, confidence=0.95):
+    """Student-t confidence interval of the mean of values (e.g. one figure over repeats).
+
+    Returns {'mean', 'low', 'high', 'half_width', 'n', 'confidence'}; with fewer than two values
+    low/high/half_width are None (one run says nothing about its own spread).
+    """
+    vals = [float(v) for v in values if v is not None]
+    out = {"mean": mean(vals), "low": None, "high": None, "half_width": None,
+           "n": len(vals), "confidence": confidence}
+    if len(vals) < 2:
+        return out
+    sd = stdev(vals)
+    half = t_ppf(0.5 + confidence / 2.0, len(vals) - 1) * sd / math.sqrt(len(vals))
+    out.update(low=out["mean"] - half, high=out["mean"] + half, half_width=half)
+    return out
+
+
+# ---------------------------------------------------------------- per request
+def request_times(rec):
+    """Derived per-request figures of one completed record.
+
+    rec: {'ttft': s, 'e2e': s, 'output_tokens': n, 'chunks': [(t_since_send_s, new_tokens), ...]}
+    Returns {'tpot', 'decode_tps', 'itl': [...], 'chunk_gaps': [...]} (seconds / tokens per s);
+    tpot and decode_tps are None when n < 2 or the decode phase took no measurable time.
+    """
+    n = rec.get("output_tokens") or 0
+    ttft, e2e = rec.get("ttft"), rec.get("e2e")
+    tpot = decode_tps = None
+    if n >= 2 and ttft is not None and e2e is not None and e2e > ttft:
+        tpot = (e2e - ttft) / (n - 1)
+        decode_tps = (n - 1) / (e2e - ttft)
+    itl, gaps = [], []
+    prev = None
+    for t, k in rec.get("chunks") or ():
+        if k <= 0:
+            continue
+        if prev is not None:
+            gap = t - prev
+            gaps.append(gap)
+            itl.extend([gap / k] * k)
+        prev = t
+    return {"tpot": tpot, "decode_tps": decode_tps, "itl": itl, "chunk_gaps": gaps}
+
+
+# ---------------------------------------------------------------- steady state
+def steady_state(records, concurrency, ratio=0.9):
+    """Output throughput over the longest interval with >= ceil(ratio * concurrency) requests in
+    flight (SGLang's steady_state idea), so ramp-up and drain do not bias high-C figures.
+
+    records carry 'start' (absolute s), 'e2e' and 'chunks'. Returns None when no such window.
+    """
+    done = [r for r in records if r.get("ok") and r.get("e2e")]
+    if not done or concurrency < 1:
+        return None
+    threshold = max(1, int(math.ceil(ratio * concurrency - 1e-9)))
+    events = []
+    for r in done:
+        events.append((r["start"], 1))
+        events.append((r["start"] + r["e2e"], -1))
+    # ends before starts at equal times: a slot handed over is not double-counted
+    events.sort(key=lambda e: (e[0], e[1]))
+    best = None
+    inflight, win_start = 0, None
+    for t, d in events:
+        before = inflight
+        inflight += d
+        if before < threshold <= inflight:
+            win_start = t
+        elif before >= threshold > inflight and win_start is not None:
+            if best is None or t - win_start > best[1] - best[0]:
+                best = (win_start, t)
+            win_start = None
+    if best is None or best[1] <= best[0]:
+        return None
+    lo, hi = best
+    tokens = 0
+    for r in done:
+        for t, k in r.get("chunks") or ():
+            ts = r["start"] + t
+            if lo < ts <= hi:
+                tokens += k
+    return {"window_s": hi - lo, "output_tokens": tokens,
+            "output_throughput": tokens / (hi - lo), "concurrency_threshold": threshold}
+
+
+# ---------------------------------------------------------------- level
+def level_metrics(records, duration, concurrency, time_scale=1.0, steady_ratio=0.9):
+    """Aggregate figures for one concurrency level.
+
+    records: per-request dicts ('ok', 'error', 'start', 'ttft', 'e2e', 'output_tokens',
+    'prompt_tokens', 'chunks', 'spec_accept_length', 'spec_verify_ct').
+    duration: wall seconds of the level. time_scale: the simulator's speed factor; measured times
+    are divided by it (and rates multiplied) so figures read in the simulated server's seconds.
+    """
+    if time_scale <= 0:
+        raise ValueError("time_scale must be positive")
+    ok = [r for r in records if r.get("ok")]
+    failed = [r for r in records if not r.get("ok")]
+    sim_duration = duration / time_scale if duration else 0.0
+    out_tokens = sum(int(r.get("output_tokens") or 0) for r in ok)
+    in_tokens = sum(int(r.get("prompt_tokens") or 0) for r in ok)
+    ttfts, e2es, tpots, dtps, itls, gaps = [], [], [], [], [], []
+    for r in ok:
+        d = request_times(r)
+        if r.get("ttft") is not None:
+            ttfts.append(r["ttft"])
+        e2es.append(r["e2e"])
+        if d["tpot"] is not None:
+            tpots.append(d["tpot"])
+            dtps.append(d["decode_tps"])
+        itls.extend(d["itl"])
+        gaps.extend(d["chunk_gaps"])
+    ms = 1000.0 / time_scale
+    m = {
+        "concurrency": concurrency,
+        "completed": len(ok),
+        "failed": len(failed),
+        "duration_s": sim_duration,
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "output_throughput": (out_tokens / sim_duration) if sim_duration > 0 else None,
+        "request_throughput": (len(ok) / sim_duration) if sim_duration > 0 else None,
+        "ttft_ms": summarize(ttfts, ms),
+        "e2e_latency_ms": summarize(e2es, ms),
+        "tpot_ms": summarize(tpots, ms),
+        "itl_ms": summarize(itls, ms),
+        "chunk_gap_ms": summarize(gaps, ms),
+        "decode_tps_per_request": {
+            "mean": (mean(dtps) * time_scale) if dtps else None,
+            "p50": (percentile(dtps, 50) * time_scale) if dtps else None,
+        },
+        # bench_serving's "Concurrency": mean number of requests in flight
+        "mean_concurrency": (math.fsum(e2es) / duration) if duration else None,
+        "tokens_per_chunk": (out_tokens / sum(len(r.get("chunks") or ()) for r in ok))
+        if ok and any(r.get("chunks") for r in ok) else None,
+    }
+    ss = steady_state(records, concurrency, steady_ratio)
+    if ss:
+        ss = dict(ss, window_s=ss["window_s"] / time_scale,
+                  output_throughput=ss["output_throughput"] * time_scale)
+    m["steady_state"] = ss
+    accepts = [r["spec_accept_length"] for r in ok if r.get("spec_accept_length") is not None]
+    verify = [(r.get("output_tokens") or 0, r["spec_verify_ct"]) for r in ok
+              if r.get("spec_verify_ct")]
+    if verify:
+        # token-weighted like the server's counters: sum(tokens) / sum(verify calls)
+        m["request_accept_length"] = sum(v[0] for v in verify) / float(sum(v[1] for v in verify))
+    else:
+        m["request_accept_length"] = mean(accepts)
+    errors = {}
+    for r in failed:
+        key = r.get("error") or "unknown error"
+        errors[key] = errors.get(key, 0) + 1
+    m["errors"] = errors
+    return m
+
+
+# ---------------------------------------------------------------- server counters
+_PROM_LINE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFaN]+)(\s+-?\d+)?\s*$')
+
+
+def parse_prometheus(text):
+    """Sum every sample of each metric name over its labels: {'name': float}. Comments, histogram
+    buckets and unparsable lines are skipped (a scrape is advisory, never fatal)."""
+    out = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        mo = _PROM_LINE.match(line)
+        if not mo:
+            continue
+        try:
+            val = float(mo.group(3))
+        except ValueError:
+            continue
+        if math.isnan(val):
+            continue
+        out[mo.group(1)] = out.get(mo.group(1), 0.0) + val
+    return out
+
+
+GEN_TOKENS = "sglang:generation_tokens_total"
+VERIFY_CALLS = "sglang:spec_verify_calls_total"
+
+
+def counter_accept_length(before, after):
+    """Interval accept length = delta generation tokens / delta verify calls (None if unknown).
+
+    before/after: parse_prometheus() dicts. A counter that went backwards (server restarted in
+    between) makes the interval unknown rather than negative."""
+    if not before or not after:
+        return None
+    try:
+        dtok = after[GEN_TOKENS] - before[GEN_TOKENS]
+        dver = after[VERIFY_CALLS] - before[VERIFY_CALLS]
+    except KeyError:
+        return None
+    if dver <= 0 or dtok < 0:
+        return None
+    return dtok / dver
+
+
+def server_info_accept_length(info):
+    """internal_states[0].avg_spec_accept_length from /server_info (lifetime average; reset by
+    /flush_cache on an idle server)."""
+    if not isinstance(info, dict):
+        return None
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        val = states[0].get("avg_spec_accept_length")
+        if isinstance(val, (int, float)):
+            return float(val)
+    return None
+
+
+def client_limit(cpu_fraction, lag_p99_ms, cpu_threshold=0.85, lag_threshold_ms=5.0):
+    """(client_limited, reason) from the client's own CPU share of one core and event-loop lag."""
+    reasons = []
+    if cpu_fraction is not None and cpu_fraction > cpu_threshold:
+        reasons.append("client CPU at %.0f%% of one core (> %.0f%%)"
+                       % (cpu_fraction * 100, cpu_threshold * 100))
+    if lag_p99_ms is not None and lag_p99_ms > lag_threshold_ms:
+        reasons.append("event-loop lag p99 %.1f ms (> %.1f ms)" % (lag_p99_ms, lag_threshold_ms))
+    return (bool(reasons), "; ".join(reasons) if reasons else None)

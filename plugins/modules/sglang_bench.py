@@ -1,0 +1,422 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: blackwell.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_bench
+short_description: Benchmark a local SGLang server over a list of concurrency levels
+version_added: "0.1.0"
+description:
+  - Runs on the node against the SGLang server there (its loopback address by default) and
+    measures, for each concurrency level, aggregate output tok/s, request throughput, per-request
+    decode tok/s, TTFT, ITL, TPOT and end-to-end latency (mean, p50, p90, p99), completed and
+    failed request counts, the server-side speculative accept length, and whether the benchmark
+    client itself was close to its own limit.
+  - Closed-loop load; at concurrency C exactly C requests are in flight; each finished request is
+    replaced at once by the next. Warmup requests run before each level and are not counted.
+  - Metric names and definitions follow SGLang's C(sglang.benchmark.serving) (bench_serving) where
+    it has them. C(tpot_ms) = (e2e - TTFT) / (n - 1) and C(decode_tps_per_request) =
+    (n - 1) / (e2e - TTFT), where n is the server's completion token count; the first token comes
+    from prefill at TTFT, so the decode phase yields n - 1 tokens. C(itl_ms) is per token. A chunk
+    that carries k tokens after a gap g counts as k gaps of g / k, because speculative decoding
+    streams several tokens per chunk. The raw gaps between chunks are in C(chunk_gap_ms).
+    Percentiles use numpy's default linear interpolation, as bench_serving does.
+    C(output_throughput) = output tokens of completed requests / wall time of the level, from the
+    first request sent to the last one finished.
+  - GuideLLM's TPOT and the per-request tok/s of llmperf divide by the whole e2e (TTFT included),
+    so they read lower than C(decode_tps_per_request). Do not compare them one to one.
+  - Accept length per level comes, in order of preference, from deltas of the server's own
+    counters C(sglang:generation_tokens_total) / C(sglang:spec_verify_calls_total) on C(/metrics)
+    (the server needs C(--enable-metrics)), then from the per-request C(meta_info)
+    (token-weighted), then from C(/server_info) C(internal_states[0].avg_spec_accept_length). The
+    last is a lifetime average, reset by C(/flush_cache); it is reported before and after each
+    level.
+  - The client is Python stdlib only (asyncio transports speaking HTTP/1.1 with keep-alive and SSE
+    by hand), so it runs on any node Python >= 3.9 without extra packages. The module measures its
+    own CPU time and event-loop lag during each level and sets C(client_limited) when the figures
+    may reflect the client rather than the server (CPU > 85% of one core or loop lag p99 > 5 ms).
+  - Every request has a deadline (O(timeout)). A server that dies mid-run ends the module with a
+    failure that still returns the levels measured so far.
+author:
+  - blackwell.sglang contributors
+options:
+  url:
+    description: Base URL of the SGLang server, as seen from the node. Only C(http://) is supported.
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description: The server's C(--api-key), sent as a bearer token. Never logged.
+    type: str
+  endpoint:
+    description:
+      - C(generate) is SGLang's native C(/generate). It counts tokens from C(meta_info) and
+        reports the per-request accept length.
+      - C(completions) and C(chat) are the OpenAI-compatible C(/v1/completions) and
+        C(/v1/chat/completions). Token counts come from streamed C(usage) blocks
+        (C(continuous_usage_stats)).
+    type: str
+    choices: [generate, completions, chat]
+    default: generate
+  model:
+    description: Model name for the OpenAI endpoints. Default is the first id from C(/v1/models).
+    type: str
+  concurrency:
+    description: Concurrency levels to measure, in this order. Each must be >= 1.
+    type: list
+    elements: int
+    default: [1, 2, 4, 8, 16, 32]
+  num_prompts:
+    description:
+      - Measured requests per level (and per repeat).
+      - Default 5 x the concurrency, at least 10, so that ramp-up and drain are a small part of
+        the level.
+      - Mutually exclusive with O(duration).
+    type: int
+  duration:
+    description:
+      - Instead of O(num_prompts), issue requests for this many seconds per level, then wait for
+        the requests in flight.
+      - Seconds are in the server's time, divided by O(time_scale) on the wall clock.
+    type: float
+  warmup:
+    description:
+      - Warmup requests before each level (and each repeat). They are not counted. They open the
+        pooled connections and warm the server.
+      - They use short synthetic prompts and at most 16 output tokens.
+      - Default is the level's concurrency; C(0) turns warmup off.
+    type: int
+  input_len:
+    description: Prompt length in tokens of the synthetic (C(random)) workload.
+    type: int
+    default: 1024
+  output_len:
+    description:
+      - Output tokens per request (C(max_new_tokens) / C(max_tokens)).
+      - A dataset line may set its own value with C(output_len) or C(max_tokens).
+    type: int
+    default: 1024
+  temperature:
+    description: Sampling temperature.
+    type: float
+    default: 0.0
+  ignore_eos:
+    description:
+      - Keep generating past end-of-sequence until the output length is reached.
+      - Default C(true) for the synthetic workload and C(false) for a dataset file.
+    type: bool
+  dataset:
+    description:
+      - C(random) is synthetic prompts of O(input_len) random token ids (text words for
+        O(endpoint=chat)). Each prompt is distinct, so the prefix cache does not help.
+      - Otherwise, the path on the node of a JSONL file with one prompt per line. A line is a JSON
+        string, or an object with C(prompt) or C(text) (a string), C(messages) (a chat list, only
+        with O(endpoint=chat)) or C(input_ids). An optional C(output_len) / C(max_tokens) may be
+        given. Blank lines are skipped.
+      - The module runs on the node. Copy a controller file first (M(ansible.builtin.copy)).
+      - Prompts are used in order and cycled when a level needs more.
+    type: str
+    default: random
+  seed:
+    description: Seed of the synthetic prompts.
+    type: int
+    default: 42
+  repeats:
+    description:
+      - Measure each level this many times.
+      - With more than one repeat, each level also gets C(repeats) (the headline figures per
+        repeat) and C(ci) (a Student-t interval of their mean at O(confidence)).
+    type: int
+    default: 1
+  confidence:
+    description: Confidence level of the intervals over repeats.
+    type: float
+    default: 0.95
+  timeout:
+    description: Wall-clock deadline of each request in seconds (connect + whole stream).
+    type: float
+    default: 600
+  flush_cache:
+    description:
+      - POST C(/flush_cache) before each level. This empties the radix cache and resets the
+        server's lifetime accept-length average, so the C(/server_info) figure is per level.
+      - The server refuses the flush while requests are pending; then a warning is returned.
+    type: bool
+    default: false
+  time_scale:
+    description:
+      - Only for simulators running faster than real time (the simulator's
+        C(SGLANG_SIM_TIME_SCALE)).
+      - Measured durations are divided by it and rates multiplied, so figures read in the
+        simulated server's seconds and compare with a real server's.
+      - Leave it at C(1.0) for a real server.
+    type: float
+    default: 1.0
+  steady_state_ratio:
+    description:
+      - C(steady_state.output_throughput) covers the longest window with at least this fraction of
+        the concurrency in flight (ramp-up and drain excluded).
+    type: float
+    default: 0.9
+notes:
+  - Supports check mode. It then returns C(would_run) (levels, request counts, request shape) and
+    sends no request.
+  - C(changed) is always false.
+  - Steady-state throughput follows SGLang's C(steady_state) idea. It needs enough requests per
+    level to have a window.
+seealso:
+  - name: SGLang bench_serving
+    description: The reference client whose metric names this module reuses.
+    link: https://docs.sglang.io/developer_guide/bench_serving.html
+"""
+
+EXAMPLES = r"""
+- name: Benchmark the local server at the default levels (synthetic 1024/1024, temperature 0)
+  blackwell.sglang.sglang_bench:
+    url: http://127.0.0.1:30000
+  register: __mtp_tune_bench
+
+- name: Show aggregate output tok/s at C=32 and per-request decode tok/s at C=1
+  ansible.builtin.debug:
+    msg: >-
+      {{ ansible_facts.sglang_bench['32'].output_throughput | round(0) }} tok/s aggregate,
+      {{ ansible_facts.sglang_bench['1'].decode_tps_per_request.p50 | round(1) }} tok/s per request
+
+- name: Copy real agentic-coding prompts from the controller to the node
+  ansible.builtin.copy:
+    src: files/agentic_prompts.jsonl
+    dest: /var/tmp/agentic_prompts.jsonl
+    mode: "0644"
+
+- name: Benchmark the chat endpoint on those prompts, three repeats with a 95% interval
+  blackwell.sglang.sglang_bench:
+    endpoint: chat
+    api_key: "{{ sglang_service_api_key }}"
+    dataset: /var/tmp/agentic_prompts.jsonl
+    concurrency: [1, 8]
+    num_prompts: 40
+    repeats: 3
+    flush_cache: true
+
+- name: Against the simulator running 20x faster than real time
+  blackwell.sglang.sglang_bench:
+    url: http://127.0.0.1:31000
+    concurrency: [1, 32]
+    input_len: 256
+    output_len: 256
+    time_scale: 0.05
+"""
+
+RETURN = r"""
+levels:
+  description:
+    - One entry per concurrency level, in the order measured.
+    - Times in ms and rates in tok/s or req/s, in the server's time (see O(time_scale)).
+    - The per-level keys are listed below.
+  returned: success, and on failure the levels measured before it
+  type: list
+  elements: dict
+  contains:
+    concurrency: {description: Requests in flight., type: int}
+    completed: {description: Requests that finished with a full stream., type: int}
+    failed: {description: Requests that failed (HTTP error, timeout, malformed or cut stream)., type: int}
+    errors: {description: Failure reasons with their counts., type: dict}
+    duration_s: {description: Wall time of the level, first send to last completion., type: float}
+    total_output_tokens: {description: Output tokens of completed requests (server count)., type: int}
+    total_input_tokens: {description: Prompt tokens of completed requests (server count)., type: int}
+    output_throughput: {description: Aggregate output tok/s., type: float}
+    request_throughput: {description: Completed requests per second., type: float}
+    decode_tps_per_request: {description: "Per-request decode tok/s, (n - 1) / (e2e - TTFT): mean and p50.", type: dict}
+    ttft_ms: {description: "Time to first token: mean, p50, p90, p99.", type: dict}
+    itl_ms: {description: "Inter-token latency per token: mean, p50, p90, p99.", type: dict}
+    chunk_gap_ms: {description: "Gaps between token-bearing stream chunks: mean, p50, p90, p99.", type: dict}
+    tpot_ms: {description: "(e2e - TTFT) / (n - 1): mean, p50, p90, p99.", type: dict}
+    e2e_latency_ms: {description: "End-to-end latency: mean, p50, p90, p99.", type: dict}
+    mean_concurrency: {description: "Sum of e2e / duration (bench_serving's Concurrency).", type: float}
+    tokens_per_chunk: {description: Output tokens per token-bearing chunk., type: float}
+    steady_state: {description: "Output tok/s over the window with >= steady_state_ratio x C in flight (window_s, output_tokens, output_throughput); null without such a window.", type: dict}
+    accept_length: {description: Speculative accept length for this level from the best source available., type: float}
+    accept_length_source: {description: "metrics_counters, request_meta_info or server_info_lifetime.", type: str}
+    counter_accept_length: {description: "Delta generation_tokens_total / delta spec_verify_calls_total over the level.", type: float}
+    request_accept_length: {description: Token-weighted accept length from the requests' meta_info., type: float}
+    server_accept_length_before: {description: "/server_info avg_spec_accept_length before the level.", type: float}
+    server_accept_length_after: {description: "/server_info avg_spec_accept_length after the level.", type: float}
+    client_cpu_fraction: {description: Benchmark process CPU time / wall time during the level (1.0 = one core busy)., type: float}
+    client_loop_lag_p99_ms: {description: p99 of the client's event-loop scheduling delay., type: float}
+    client_limited: {description: True when the figures may be limited by the client (CPU > 85% or lag p99 > 5 ms)., type: bool}
+    client_limit_reason: {description: Which client limit was hit or close; null when none., type: str}
+    server_lost: {description: The server stopped answering during this level., type: bool}
+    repeats: {description: "Headline figures of each repeat (only with repeats > 1).", type: list}
+    ci: {description: "Student-t interval (mean, low, high, half_width, n, confidence) per headline figure over repeats; null with one repeat.", type: dict}
+  sample:
+    - concurrency: 1
+      completed: 10
+      failed: 0
+      output_throughput: 241.7
+      decode_tps_per_request: {mean: 245.3, p50: 245.1}
+      ttft_ms: {mean: 61.2, p50: 60.9, p90: 63.0, p99: 64.1}
+      accept_length: 3.9
+      accept_length_source: metrics_counters
+      client_limited: false
+by_concurrency:
+  description: The same level dicts keyed by concurrency as strings ("1", "2", ...).
+  returned: success
+  type: dict
+config:
+  description: The options used, with defaults filled in (api_key replaced by api_key_set).
+  returned: always
+  type: dict
+server:
+  description: What the server reported about itself (version, model, speculative settings, whether /metrics is on).
+  returned: success
+  type: dict
+duration_s:
+  description: Wall-clock seconds of the whole benchmark.
+  returned: success
+  type: float
+warnings:
+  description: Non-fatal problems (failed requests, missing /metrics, client limits).
+  returned: always
+  type: list
+  elements: str
+would_run:
+  description: Check mode only. The levels, request counts and request shape that would be sent.
+  returned: check mode
+  type: dict
+ansible_facts:
+  description:
+    - C(sglang_bench) holds the level dicts keyed by concurrency as strings ("1", "2", ...).
+    - It also holds C(levels), C(config), C(server), C(duration_s) and C(warnings), as in the
+      top-level results.
+  returned: success
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+
+
+def _validate(module, p):
+    conc = p["concurrency"]
+    if not conc:
+        module.fail_json(msg="concurrency must list at least one level")
+    bad = [c for c in conc if c is None or c < 1]
+    if bad:
+        module.fail_json(msg="concurrency levels must be >= 1; got %s" % bad)
+    for key in ("num_prompts", "input_len", "output_len", "repeats"):
+        if p[key] is not None and p[key] < 1:
+            module.fail_json(msg="%s must be >= 1; got %s" % (key, p[key]))
+    if p["warmup"] is not None and p["warmup"] < 0:
+        module.fail_json(msg="warmup must be >= 0; got %s" % p["warmup"])
+    for key in ("timeout", "time_scale"):
+        if p[key] <= 0:
+            module.fail_json(msg="%s must be > 0; got %s" % (key, p[key]))
+    if p["duration"] is not None and p["duration"] <= 0:
+        module.fail_json(msg="duration must be > 0; got %s" % p["duration"])
+    if not 0 < p["confidence"] < 1:
+        module.fail_json(msg="confidence must be between 0 and 1; got %s" % p["confidence"])
+    if not 0 < p["steady_state_ratio"] <= 1:
+        module.fail_json(msg="steady_state_ratio must be in (0, 1]; got %s"
+                         % p["steady_state_ratio"])
+    if p["temperature"] < 0:
+        module.fail_json(msg="temperature must be >= 0; got %s" % p["temperature"])
+    if not p["url"].startswith("http://"):
+        module.fail_json(msg="url must start with http:// (got %r); the benchmark talks to the "
+                             "server on the node" % p["url"])
+
+
+def _load_dataset(module, p):
+    if p["dataset"] == "random":
+        return None
+    path = p["dataset"]
+    if not os.path.isfile(path):
+        module.fail_json(msg="dataset file %s does not exist on the node; copy it there first "
+                             "(e.g. ansible.builtin.copy) or use dataset=random" % path)
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().decode("utf-8").splitlines()
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="cannot read dataset %s: %s" % (path, exc))
+    except UnicodeDecodeError as exc:
+        module.fail_json(msg="dataset %s is not UTF-8 text: %s" % (path, exc))
+    try:
+        prompts = sc.load_jsonl(lines, source="dataset %s" % path)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    ep = p["endpoint"]
+    for i, pr in enumerate(prompts, 1):
+        if "messages" in pr and ep != "chat":
+            module.fail_json(msg="dataset %s prompt %d has 'messages'; use endpoint=chat (or "
+                                 "give 'prompt' text)" % (path, i))
+        if "input_ids" in pr and ep == "chat":
+            module.fail_json(msg="dataset %s prompt %d has 'input_ids'; endpoint=chat needs text "
+                                 "or messages" % (path, i))
+    return prompts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", default="http://127.0.0.1:30000"),
+            api_key=dict(type="str", no_log=True),
+            endpoint=dict(type="str", default="generate",
+                          choices=["generate", "completions", "chat"]),
+            model=dict(type="str"),
+            concurrency=dict(type="list", elements="int", default=[1, 2, 4, 8, 16, 32]),
+            num_prompts=dict(type="int"),
+            duration=dict(type="float"),
+            warmup=dict(type="int"),
+            input_len=dict(type="int", default=1024),
+            output_len=dict(type="int", default=1024),
+            temperature=dict(type="float", default=0.0),
+            ignore_eos=dict(type="bool"),
+            dataset=dict(type="str", default="random"),
+            seed=dict(type="int", default=42),
+            repeats=dict(type="int", default=1),
+            confidence=dict(type="float", default=0.95),
+            timeout=dict(type="float", default=600.0),
+            flush_cache=dict(type="bool", default=False),
+            time_scale=dict(type="float", default=1.0),
+            steady_state_ratio=dict(type="float", default=0.9),
+        ),
+        mutually_exclusive=[["num_prompts", "duration"]],
+        supports_check_mode=True,
+    )
+    p = dict(module.params)
+    _validate(module, p)
+    cfg = dict(p)
+    cfg["prompts"] = _load_dataset(module, p)
+    if cfg["ignore_eos"] is None:
+        cfg["ignore_eos"] = cfg["prompts"] is None
+    if module.check_mode:
+        full = dict(sc.DEFAULTS)
+        full.update(cfg)
+        module.exit_json(changed=False, would_run=sc.plan(full), config=sc.config_echo(full))
+    try:
+        result = sc.run_benchmark(cfg)
+    except sc.BenchError as exc:
+        partial = exc.partial or {}
+        module.fail_json(msg=str(exc), levels=partial.get("levels", []),
+                         config=partial.get("config"), bench_warnings=partial.get("warnings", []))
+    except sc.ClientError as exc:
+        module.fail_json(msg="benchmark client error: %s" % exc)
+    facts = dict(result["by_concurrency"])
+    for key in ("levels", "config", "server", "duration_s", "warnings"):
+        facts[key] = result[key]
+    warnings = result.pop("warnings")
+    for w in warnings:
+        module.warn(w)
+    module.exit_json(changed=False, ansible_facts={"sglang_bench": facts},
+                     bench_warnings=warnings, **result)
+
+
+if __name__ == "__main__":
+    main()
