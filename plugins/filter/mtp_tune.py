@@ -165,76 +165,47 @@ def mtp_tune_levels(levels, objective="latency", level=None):
 
 # --------------------------------------------------------------------------- metrics
 
-def _lookup(level, base, stat):
-    """Find ``stat`` of metric ``base`` in one benchmark level, flat or nested, with or without _ms."""
-    if not isinstance(level, dict):
+def _get(level, *path):
+    node = level
+    for part in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return _num(node)
+
+
+def _ci(level, figure):
+    """``(low, high)`` of a figure over the benchmark's repeats (sglang_bench ``ci``), else None."""
+    node = (level.get("ci") or {}).get(figure) if isinstance(level, dict) else None
+    if not isinstance(node, dict):
         return None
-    names = [base, base + "_ms", base + "_tps", base + "_s"]
-    for name in names:
-        node = level.get(name)
-        if isinstance(node, dict) and stat in node:
-            return node[stat]
-    for name in names:
-        for key in ("%s_%s" % (name, stat), "%s_%s" % (base, stat) + name[len(base):]):
-            if key in level:
-                return level[key]
-    if stat == "value" and base in level and not isinstance(level[base], dict):
-        return level[base]
-    return None
-
-
-def _ci(level, base, stat):
-    """Confidence interval ``(low, high)`` of a metric when the benchmark repeated it, else None."""
-    for suffix in ("ci", "ci95"):
-        for node in (_lookup(level, base, "%s_%s" % (stat, suffix)), _lookup(level, base, suffix)):
-            if isinstance(node, (list, tuple)) and len(node) == 2:
-                lo, hi = _num(node[0]), _num(node[1])
-                if lo is not None and hi is not None:
-                    return (min(lo, hi), max(lo, hi))
-            if isinstance(node, dict):
-                lo = _num(node.get("low", node.get("lo")))
-                hi = _num(node.get("high", node.get("hi")))
-                if lo is not None and hi is not None:
-                    return (min(lo, hi), max(lo, hi))
-                half = _num(node.get("half_width"))
-                mid = _num(_lookup(level, base, stat))
-                if half is not None and mid is not None:
-                    return (mid - half, mid + half)
-    lo = _num(_lookup(level, base, "%s_ci_low" % stat)) if stat != "value" else None
-    hi = _num(_lookup(level, base, "%s_ci_high" % stat)) if stat != "value" else None
-    if lo is None:
-        lo, hi = _num(_lookup(level, base, "ci_low")), _num(_lookup(level, base, "ci_high"))
-    if lo is not None and hi is not None:
-        return (min(lo, hi), max(lo, hi))
-    return None
+    lo, hi = _num(node.get("low")), _num(node.get("high"))
+    if lo is None or hi is None:
+        return None
+    return (min(lo, hi), max(lo, hi))
 
 
 def mtp_tune_level_metrics(level):
-    """Flatten one benchmark level into the figures the tuner reasons about (None where absent)."""
-    agg = _num(_lookup(level, "output_throughput", "value"))
-    if agg is None:
-        agg = _num(_lookup(level, "output_throughput", "mean"))
-    out = {
-        "output_throughput": agg,
-        "output_throughput_ci": _ci(level, "output_throughput", "value") or _ci(level, "output_throughput", "mean"),
-        "request_throughput": _num(_lookup(level, "request_throughput", "value")),
-        "decode_tps_mean": _num(_lookup(level, "decode_tps_per_request", "mean")),
-        "decode_tps_p50": _num(_lookup(level, "decode_tps_per_request", "p50")),
-        "decode_tps_ci": _ci(level, "decode_tps_per_request", "mean"),
-        "ttft_p50_ms": _num(_lookup(level, "ttft", "p50")),
-        "ttft_p99_ms": _num(_lookup(level, "ttft", "p99")),
-        "itl_p50_ms": _num(_lookup(level, "itl", "p50")),
-        "tpot_mean_ms": _num(_lookup(level, "tpot", "mean")),
-        "e2e_p99_ms": _num(_lookup(level, "e2e", "p99")),
-        "accept_length": _num(_lookup(level, "accept_length", "value")),
-        "completed": _num(_lookup(level, "completed", "value")),
-        "failed": _num(_lookup(level, "failed", "value")),
+    """Flatten one ``sglang_bench`` level into the figures the tuner reasons about (None where absent)."""
+    level = level if isinstance(level, dict) else {}
+    return {
+        "output_throughput": _get(level, "output_throughput"),
+        "output_throughput_ci": _ci(level, "output_throughput"),
+        "request_throughput": _get(level, "request_throughput"),
+        "decode_tps_mean": _get(level, "decode_tps_per_request", "mean"),
+        "decode_tps_p50": _get(level, "decode_tps_per_request", "p50"),
+        "decode_tps_ci": _ci(level, "decode_tps_per_request_mean"),
+        "decode_tps_p50_ci": _ci(level, "decode_tps_per_request_p50"),
+        "ttft_p50_ms": _get(level, "ttft_ms", "p50"),
+        "ttft_p99_ms": _get(level, "ttft_ms", "p99"),
+        "itl_p50_ms": _get(level, "itl_ms", "p50"),
+        "tpot_mean_ms": _get(level, "tpot_ms", "mean"),
+        "e2e_p99_ms": _get(level, "e2e_latency_ms", "p99"),
+        "accept_length": _get(level, "accept_length"),
+        "completed": _get(level, "completed"),
+        "failed": _get(level, "failed"),
+        "client_limited": bool(level.get("client_limited")),
     }
-    if out["decode_tps_mean"] is None:
-        out["decode_tps_mean"] = _num(_lookup(level, "decode_tps_per_request", "value"))
-    if out["accept_length"] is None:
-        out["accept_length"] = _num(_lookup(level, "accept_length", "mean"))
-    return out
 
 
 def _level(attempt, c):
@@ -303,7 +274,7 @@ def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, s
             if tps is None:
                 reasons.append("C=%d has no per-request tok/s" % c)
                 continue
-            ci = m["decode_tps_ci"] if tps_stat == "mean" else None
+            ci = m["decode_tps_ci"] if tps_stat == "mean" else m["decode_tps_p50_ci"]
             cand = (tps, ci, c)
         else:
             if m["output_throughput"] is None:

@@ -65,10 +65,13 @@ def bench(cand, noise_rng=None, cv=0.0, repeats=1):
             "failed": 0,
             "accept_length": cand["draft_tokens"] * 0.98,
         }
+        lvl["ci"] = None
         if repeats > 1 and cv:
-            half = 2.0 * cv * pr
-            lvl["decode_tps_per_request"]["ci"] = [pr - half, pr + half]
-            lvl["output_throughput_ci"] = [ag - 2.0 * cv * ag, ag + 2.0 * cv * ag]
+            # sglang_bench's shape: a Student-t interval per headline figure over the repeats
+            lvl["ci"] = {"decode_tps_per_request_mean": {"mean": pr, "low": pr * (1 - 2 * cv),
+                                                         "high": pr * (1 + 2 * cv), "n": repeats},
+                         "output_throughput": {"mean": ag, "low": ag * (1 - 2 * cv), "high": ag * (1 + 2 * cv),
+                                               "n": repeats}}
         out[str(c)] = lvl
     return out
 
@@ -142,17 +145,18 @@ def test_levels_default_objective_levels_and_missing_level():
 
 # ---------------------------------------------------------------------------- metrics / scoring
 
-def test_level_metrics_accepts_flat_and_nested_spellings():
-    nested = {"output_throughput": 100.0, "decode_tps_per_request": {"mean": 50.0, "p50": 49.0, "ci": [48, 52]},
-              "ttft_ms": {"p99": 300.0}, "failed": 0}
-    flat = {"output_throughput": 100.0, "decode_tps_per_request_mean": 50.0, "decode_tps_per_request_p50": 49.0,
-            "decode_tps_per_request_mean_ci": [48, 52], "ttft_p99_ms": 300.0, "failed": 0}
-    for lvl in (nested, flat):
-        m = F.mtp_tune_level_metrics(lvl)
-        assert m["output_throughput"] == 100.0
-        assert m["decode_tps_mean"] == 50.0 and m["decode_tps_p50"] == 49.0
-        assert m["decode_tps_ci"] == (48.0, 52.0)
-        assert m["ttft_p99_ms"] == 300.0
+def test_level_metrics_reads_sglang_bench_levels():
+    lvl = {"output_throughput": 100.0, "decode_tps_per_request": {"mean": 50.0, "p50": 49.0},
+           "ttft_ms": {"p99": 300.0}, "e2e_latency_ms": {"p99": 9000.0}, "failed": 0,
+           "ci": {"decode_tps_per_request_mean": {"mean": 50.0, "low": 52.0, "high": 48.0, "half_width": 2.0},
+                  "output_throughput": {"mean": 100.0, "low": None, "high": None}}}
+    m = F.mtp_tune_level_metrics(lvl)
+    assert m["output_throughput"] == 100.0
+    assert m["decode_tps_mean"] == 50.0 and m["decode_tps_p50"] == 49.0
+    assert m["decode_tps_ci"] == (48.0, 52.0)
+    assert m["output_throughput_ci"] is None  # one repeat says nothing about its spread
+    assert m["ttft_p99_ms"] == 300.0 and m["e2e_p99_ms"] == 9000.0
+    assert F.mtp_tune_level_metrics(None)["output_throughput"] is None
 
 
 def _att(steps, metrics, status="ok"):
@@ -177,7 +181,8 @@ def test_score_latency_throughput_and_failed():
 def test_score_uses_benchmark_ci_when_present():
     m = bench(F.mtp_tune_candidates([4])[0], random.Random(1), 0.01, repeats=3)
     sc = F.mtp_tune_score(_att(4, m), "latency")
-    lo, hi = m["1"]["decode_tps_per_request"]["ci"]
+    ci = m["1"]["ci"]["decode_tps_per_request_mean"]
+    lo, hi = ci["low"], ci["high"]
     assert (sc["low"], sc["high"]) == (pytest.approx(lo), pytest.approx(hi)) and sc["reason"] == "ci"
 
 
@@ -230,10 +235,13 @@ def test_pick_best_clear_winner_and_no_feasible():
 
 
 def test_pick_best_ci_overlap_decides_not_raw_order():
-    a3 = _att(3, {"1": {"output_throughput": 200.0, "decode_tps_per_request": {"mean": 200.0, "ci": [190, 210]}}})
-    a4 = _att(4, {"1": {"output_throughput": 205.0, "decode_tps_per_request": {"mean": 205.0, "ci": [195, 215]}}})
+    def lvl(v, lo, hi):
+        return {"1": {"output_throughput": v, "decode_tps_per_request": {"mean": v},
+                      "ci": {"decode_tps_per_request_mean": {"mean": v, "low": lo, "high": hi}}}}
+    a3 = _att(3, lvl(200.0, 190, 210))
+    a4 = _att(4, lvl(205.0, 195, 215))
     assert F.mtp_tune_pick_best([a3, a4], "latency")["winner"]["key"] == "s3-k1-d4"
-    a4["metrics"]["1"]["decode_tps_per_request"] = {"mean": 230.0, "ci": [222, 238]}
+    a4["metrics"] = lvl(230.0, 222, 238)
     assert F.mtp_tune_pick_best([a3, a4], "latency")["winner"]["key"] == "s4-k1-d5"
 
 
