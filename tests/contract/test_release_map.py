@@ -1,0 +1,75 @@
+"""roles/service/vars/sglang_releases.yml can never drift from the real releases."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sglang_release as sr
+
+MAP_FILE = Path(__file__).resolve().parents[2] / "roles" / "service" / "vars" / "sglang_releases.yml"
+RELEASES = yaml.safe_load(MAP_FILE.read_text())["_sglang_service_releases"]
+
+LOGICAL = (
+    "model_path served_model_name tp_size host port kv_cache_dtype mem_fraction_static "
+    "cuda_graph_max_bs max_running_requests context_length attention_backend "
+    "speculative_algorithm speculative_num_steps speculative_eagle_topk "
+    "speculative_num_draft_tokens speculative_draft_model_path enable_metrics "
+    "trust_remote_code disable_cuda_graph"
+).split()
+
+# The release field that holds each logical setting, where it is not the same name:
+# the max CUDA-graph batch size is the decode-phase one since the -decode/-prefill split.
+DEST = {"cuda_graph_max_bs": "cuda_graph_max_bs_decode"}
+
+
+def _deprecated(action):
+    text = (action.help or "").lstrip("(").lower()
+    return type(action).__name__.startswith("Deprecated") or text.startswith("deprecated")
+
+
+def _canonical(parser, dest):
+    """The release's own spelling for a field: first option of its non-deprecated action."""
+    actions = [a for a in parser._actions if a.dest == dest and a.option_strings]
+    current = [a for a in actions if not _deprecated(a)]
+    chosen = current or actions  # only a deprecated spelling exists (disable_cuda_graph)
+    return chosen[0].option_strings[0] if chosen else None
+
+
+def test_map_covers_supported_releases_and_settings():
+    assert set(RELEASES) == set(sr.SUPPORTED)
+    for version, flags in RELEASES.items():
+        assert sorted(flags) == sorted(LOGICAL), version
+
+
+@pytest.mark.parametrize("version", sr.SUPPORTED)
+def test_every_mapped_flag_exists_verbatim(sglang_parser_for, version):
+    sglang_parser_for(version)
+    missing = {k: v for k, v in RELEASES[version].items() if v not in sr.flag_names(version)}
+    assert not missing, "sglang %s has no such flags: %s" % (version, missing)
+
+
+@pytest.mark.parametrize("version", sr.SUPPORTED)
+@pytest.mark.parametrize("setting", LOGICAL)
+def test_mapped_flag_is_the_release_spelling_for_the_setting(sglang_parser_for, version, setting):
+    parser = sglang_parser_for(version)
+    dest = DEST.get(setting, setting)
+    assert RELEASES[version][setting] == _canonical(parser, dest)
+
+
+@pytest.mark.parametrize("version", sr.SUPPORTED)
+def test_rendered_style_command_line_parses(sglang_parse, version):
+    flags = RELEASES[version]
+    values = {
+        "model_path": "/models/m", "served_model_name": "m", "tp_size": "4", "host": "127.0.0.1",
+        "port": "30000", "kv_cache_dtype": "fp8_e4m3", "mem_fraction_static": "0.85",
+        "cuda_graph_max_bs": "64", "max_running_requests": "48", "context_length": "32768",
+        "attention_backend": "flashinfer", "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": "3", "speculative_eagle_topk": "1",
+        "speculative_num_draft_tokens": "4", "speculative_draft_model_path": "/models/d",
+    }
+    switches = ["enable_metrics", "trust_remote_code", "disable_cuda_graph"]
+    argv = [tok for k, v in values.items() for tok in (flags[k], v)] + [flags[s] for s in switches]
+    ns = sglang_parse(argv, version)
+    assert ns.cuda_graph_max_bs_decode == 64 and ns.tp_size == 4
+    assert ns.enable_metrics and ns.trust_remote_code and ns.disable_cuda_graph
