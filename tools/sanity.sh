@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # ansible-test sanity on this checkout. ansible-test insists on running from
 # .../ansible_collections/<namespace>/<name>, so the git-tracked (and untracked, not ignored)
-# files are mirrored to build/ansible_collections/blackwell/sglang first.
+# files are mirrored to such a path first, outside the checkout (inside it, git would report
+# the mirror as ignored and ansible-test would skip every target).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$root/.venv}
 py=$venv/bin/python
-dest=$root/build/ansible_collections/blackwell/sglang
+dest=${SANITY_DIR:-${TMPDIR:-/tmp}/blackwell-sglang-sanity}/ansible_collections/blackwell/sglang
 
 # ansible-test would download get-pip.py from a host outside the package registries.
 pip_ver=$("$py" - <<'PY'
