@@ -34,9 +34,10 @@ except ImportError:  # pragma: no cover - ansible is always present where filter
 
 OBJECTIVES = ("latency", "throughput", "slo")
 STRATEGIES = ("sweep", "adaptive")
-# Failure classes whose cause shrinks with a smaller CUDA-graph batch / fewer running requests;
-# only those are worth a fit-retry (a bad flag or a busy port would fail the same way again).
-DEFAULT_FIT_CLASSES = ("oom", "kv_oom", "cuda_oom", "graph_capture", "cuda_graph", "memory")
+# Failure classes (sglang_service_wait's names) whose cause shrinks with a smaller CUDA-graph
+# batch / fewer running requests; only those are worth a fit-retry (bad_args, port_in_use or a
+# timeout would fail the same way again).
+DEFAULT_FIT_CLASSES = ("oom_kv_cache", "cuda_graph_capture", "cuda_oom")
 
 
 # --------------------------------------------------------------------------- helpers

@@ -82,7 +82,7 @@ def launch(nxt, rng=None, cv=0.0, repeats=1):
     if fits(cand, nxt["overrides"]):
         att.update(status="ok", metrics=bench(cand, rng, cv, repeats))
     else:
-        att.update(status="failed", failure_class="oom", journal_tail=["RuntimeError: Not enough memory."])
+        att.update(status="failed", failure_class="oom_kv_cache", journal_tail=["RuntimeError: Not enough memory."])
     return att
 
 
@@ -172,9 +172,9 @@ def test_score_latency_throughput_and_failed():
     thr = F.mtp_tune_score(att, "throughput")
     assert thr["value"] == pytest.approx(1750.0) and thr["level"] == 32
     assert F.mtp_tune_score(att, "throughput", 16)["value"] == pytest.approx(1596.0)
-    failed = {"key": "s10-k1-d11", "candidate": {}, "status": "failed", "failure_class": "oom"}
+    failed = {"key": "s10-k1-d11", "candidate": {}, "status": "failed", "failure_class": "oom_kv_cache"}
     sc = F.mtp_tune_score(failed, "latency")
-    assert sc["value"] is None and "oom" in sc["reason"]
+    assert sc["value"] is None and "oom_kv_cache" in sc["reason"]
     assert F.mtp_tune_score(att, "latency", 2)["value"] is None  # level not measured
 
 
@@ -230,7 +230,7 @@ def test_pick_best_clear_winner_and_no_feasible():
     assert best["winner"]["key"] == "s3-k1-d4" and best["runner_up"]["key"] == "s2-k1-d3"
     assert best["decided_by"] == "beats the runner-up beyond noise"
     failed = [{"key": "s10-k1-d11", "candidate": F.mtp_tune_candidates([10])[0], "status": "failed",
-               "failure_class": "oom"}]
+               "failure_class": "oom_kv_cache"}]
     assert F.mtp_tune_pick_best(failed, "latency")["winner"] is None
 
 
@@ -247,7 +247,7 @@ def test_pick_best_ci_overlap_decides_not_raw_order():
 
 def test_pick_best_uses_last_successful_attempt_of_a_candidate():
     cand = F.mtp_tune_candidates([10])[0]
-    first = {"key": cand["key"], "candidate": cand, "status": "failed", "failure_class": "oom", "fit_rung": None}
+    first = {"key": cand["key"], "candidate": cand, "status": "failed", "failure_class": "oom_kv_cache", "fit_rung": None}
     retry = launch({"candidate": cand, "overrides": {"cuda_graph_max_bs": 64}, "fit_rung": 2})
     best = F.mtp_tune_pick_best([first, retry], "latency")
     assert best["winner"]["key"] == cand["key"]
@@ -309,12 +309,12 @@ def test_fit_retry_only_for_memory_classes_and_stops_when_ladder_exhausted():
     cands = F.mtp_tune_candidates([3])
     ladder = F.mtp_tune_fit_ladder(8, 8, bs_floor=4, mrr_floor=8)
     assert len(ladder) == 1
-    bad_flag = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "bad_flag"}]
+    bad_flag = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "bad_args"}]
     assert F.mtp_tune_next(bad_flag, cands, "sweep", fit_retry=True, fit_ladder=ladder) is None
-    oom = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom"}]
+    oom = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom_kv_cache"}]
     nxt = F.mtp_tune_next(oom, cands, "sweep", fit_retry=True, fit_ladder=ladder)
     assert nxt["fit_rung"] == 0 and nxt["overrides"] == ladder[0] and "fit-retry" in nxt["reason"]
-    oom.append({"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom",
+    oom.append({"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom_kv_cache",
                 "fit_rung": 0})
     assert F.mtp_tune_next(oom, cands, "sweep", fit_retry=True, fit_ladder=ladder) is None
     assert F.mtp_tune_next(oom[:1], cands, "sweep", fit_retry=False, fit_ladder=ladder) is None
@@ -324,10 +324,10 @@ def test_adaptive_skips_candidates_a_cheaper_failure_proves_cannot_fit():
     cands = F.mtp_tune_candidates([3, 8, 10])
     # Hypothetical node where 8 already OOMs at every rung: 10 must not be launched.
     atts = [launch({"candidate": cands[0], "overrides": {}, "fit_rung": None}),
-            {"key": "s8-k1-d9", "candidate": cands[1], "status": "failed", "failure_class": "oom"}]
+            {"key": "s8-k1-d9", "candidate": cands[1], "status": "failed", "failure_class": "oom_kv_cache"}]
     # 3 is the seed, 8 failed above it (so the climb would stop anyway); a climb from 8 itself:
     assert F.mtp_tune_next(atts, cands, "adaptive", seed=3) is None
-    atts2 = [{"key": "s8-k1-d9", "candidate": cands[1], "status": "failed", "failure_class": "oom"}]
+    atts2 = [{"key": "s8-k1-d9", "candidate": cands[1], "status": "failed", "failure_class": "oom_kv_cache"}]
     nxt = F.mtp_tune_next(atts2, cands, "adaptive", seed=8)
     assert nxt["candidate"]["steps"] == 3  # walks down, never up into 10
     assert F.mtp_tune_next(atts2, cands, "sweep", seed=8)["candidate"]["steps"] == 3
@@ -335,7 +335,7 @@ def test_adaptive_skips_candidates_a_cheaper_failure_proves_cannot_fit():
 
 def test_adaptive_seed_failure_walks_down():
     cands = F.mtp_tune_candidates([1, 2, 3, 4])
-    atts = [{"key": "s3-k1-d4", "candidate": cands[2], "status": "failed", "failure_class": "oom"}]
+    atts = [{"key": "s3-k1-d4", "candidate": cands[2], "status": "failed", "failure_class": "oom_kv_cache"}]
     assert F.mtp_tune_next(atts, cands, "adaptive")["candidate"]["steps"] == 2
 
 
@@ -421,7 +421,7 @@ def test_progress_line_names_candidate_outcome_and_best_so_far():
     assert line.startswith("steps=3 topk=1 draft=4: ok") and "C1 234/" in line
     assert "best so far: s3-k1-d4 (latency 234.0 at C=1)" in line
     line = F.mtp_tune_progress(atts[1], atts, "latency")
-    assert "FAILED (oom)" in line and "best so far: s3-k1-d4" in line
+    assert "FAILED (oom_kv_cache)" in line and "best so far: s3-k1-d4" in line
 
 
 def test_filters_are_registered():
