@@ -480,6 +480,8 @@ class _WheelImporter(importlib.abc.MetaPathFinder):
 
     def __exit__(self, *exc):
         sys.meta_path.remove(self)
+        # Sources were read when each module was created; nothing reads the zip later.
+        self.zip.close()
         for k in [k for k in sys.modules if self._ours(k)]:
             del sys.modules[k]
         sys.modules.update(self._saved)
@@ -556,10 +558,23 @@ def _decode(value, resolve):
     return value
 
 
+@contextlib.contextmanager
+def _default_environment():
+    """Hide SGLANG_* variables: a few choices depend on them (e.g. the token_oracle
+    sampling backend), and the cached spec must describe the release's defaults."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("SGLANG")}
+    for k in saved:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def _build_spec(version, wheel):
     """Run the release's own ServerArgs.add_cli_args and record what it adds."""
     _ensure_msgspec()
-    with _BUILD_LOCK, _WheelImporter(wheel) as imp:
+    with _BUILD_LOCK, _default_environment(), _WheelImporter(wheel) as imp:
         try:
             server_args = importlib.import_module("sglang.srt.server_args")
             server_args_cls = server_args.ServerArgs
@@ -592,10 +607,24 @@ def _self_hash():
 
 
 def _file_sha256(path):
+    """sha256 of a file, remembered next to it per (size, mtime) to keep warm runs fast."""
+    st = path.stat()
+    memo = path.with_name(".%s.sha256" % path.name)
+    stamp = "%d %d" % (st.st_size, st.st_mtime_ns)
+    try:
+        recorded_stamp, recorded = memo.read_text().split("\n")[:2]
+        if recorded_stamp == stamp and len(recorded) == 64:
+            return recorded
+    except (OSError, ValueError):
+        pass
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
+    try:
+        memo.write_text("%s\n%s\n" % (stamp, digest.hexdigest()))
+    except OSError:
+        pass  # read-only cache: just hash again next time
     return digest.hexdigest()
 
 

@@ -122,7 +122,10 @@ def _cli_fields_from_source(wheel):
     """Independent of the rebuild: field names declared as A[...] in fields/*.py."""
     expected = set()
     with zipfile.ZipFile(wheel) as zf:
-        paths = [n for n in zf.namelist() if n.startswith("sglang/srt/arg_groups/fields/") and n.endswith(".py")]
+        # 0.5.23 declares fields per namespace in arg_groups/fields/; 0.5.19 in server_args.py.
+        paths = [n for n in zf.namelist()
+                 if (n.startswith("sglang/srt/arg_groups/fields/") and n.endswith(".py"))
+                 or n == "sglang/srt/server_args.py"]
         for path in paths:
             for node in ast.walk(ast.parse(zf.read(path))):
                 if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
@@ -130,7 +133,10 @@ def _cli_fields_from_source(wheel):
                 ann = node.annotation
                 if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, ast.Name) and ann.value.id == "A"):
                     continue
-                meta = ann.slice.elts[1] if isinstance(ann.slice, ast.Tuple) else None
+                # Like the generator: the first help string or Arg(...) among the extras.
+                extras = ann.slice.elts[1:] if isinstance(ann.slice, ast.Tuple) else []
+                meta = next((e for e in extras if (isinstance(e, ast.Constant) and isinstance(e.value, str))
+                             or (isinstance(e, ast.Call) and getattr(e.func, "id", None) == "Arg")), None)
                 cli_name = "--" + node.target.id.replace("_", "-")
                 if isinstance(meta, ast.Call):
                     kw = {k.arg: k.value for k in meta.keywords}
@@ -138,16 +144,20 @@ def _cli_fields_from_source(wheel):
                         continue
                     if isinstance(kw.get("cli_name"), ast.Constant):
                         cli_name = kw["cli_name"].value
-                elif not isinstance(meta, ast.Constant):
-                    continue  # A[T] without help/Arg: not registered by the generator
+                    if isinstance(kw.get("aliases"), ast.List):
+                        expected.update(e.value for e in kw["aliases"].elts if isinstance(e, ast.Constant))
+                elif meta is None:
+                    continue  # A[T] / A[T, NS(...)] without help or Arg: not registered
                 expected.add(cli_name)
     return expected
 
 
-def test_every_declared_field_of_the_pinned_release_is_a_flag(real_sglang_parser):
-    expected = _cli_fields_from_source(sr.wheel_path(sr.PINNED))
+@pytest.mark.parametrize("version", sr.SUPPORTED)
+def test_every_declared_field_is_a_flag(sglang_parser_for, version):
+    sglang_parser_for(version)
+    expected = _cli_fields_from_source(sr.wheel_path(version))
     assert len(expected) > 300
-    missing = expected - sr.flag_names(sr.PINNED)
+    missing = expected - sr.flag_names(version)
     assert not missing, "declared in the wheel but absent from the rebuilt parser: %s" % sorted(missing)
 
 
