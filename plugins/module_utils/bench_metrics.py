@@ -200,33 +200,40 @@ def request_times(rec):
 
 
 # ---------------------------------------------------------------- steady state
-def steady_state(records, concurrency, ratio=0.9):
+def steady_state(records, concurrency, ratio=0.9, bridge=0.005):
     """Output throughput over the longest interval with >= ceil(ratio * concurrency) requests in
     flight (SGLang's steady_state idea), so ramp-up and drain do not bias high-C figures.
 
-    records carry 'start' (absolute s), 'e2e' and 'chunks'. Returns None when no such window.
+    records carry 'start' (absolute s), 'e2e' and 'chunks'. A closed-loop client replaces a
+    finished request a few microseconds later, so dips below the threshold shorter than `bridge`
+    seconds (wall clock) do not end the window. Returns None when no such window exists.
     """
     done = [r for r in records if r.get("ok") and r.get("e2e")]
     if not done or concurrency < 1:
         return None
     threshold = max(1, int(math.ceil(ratio * concurrency - 1e-9)))
-    events = []
+    deltas = {}
     for r in done:
-        events.append((r["start"], 1))
-        events.append((r["start"] + r["e2e"], -1))
-    # ends before starts at equal times: a slot handed over is not double-counted
-    events.sort(key=lambda e: (e[0], e[1]))
-    best = None
+        deltas[r["start"]] = deltas.get(r["start"], 0) + 1
+        end = r["start"] + r["e2e"]
+        deltas[end] = deltas.get(end, 0) - 1
+    intervals = []
     inflight, win_start = 0, None
-    for t, d in events:
+    for t in sorted(deltas):
         before = inflight
-        inflight += d
+        inflight += deltas[t]
         if before < threshold <= inflight:
             win_start = t
         elif before >= threshold > inflight and win_start is not None:
-            if best is None or t - win_start > best[1] - best[0]:
-                best = (win_start, t)
+            if intervals and win_start - intervals[-1][1] < bridge:
+                intervals[-1] = (intervals[-1][0], t)
+            else:
+                intervals.append((win_start, t))
             win_start = None
+    best = None
+    for iv in intervals:
+        if best is None or iv[1] - iv[0] > best[1] - best[0]:
+            best = iv
     if best is None or best[1] <= best[0]:
         return None
     lo, hi = best

@@ -58,20 +58,23 @@ class SSEParser:
     comments (":...") and fields other than data are ignored.
     """
 
-    __slots__ = ("_buf", "_data")
+    __slots__ = ("_buf", "_data", "_skip_lf")
 
     def __init__(self):
         self._buf = b""
         self._data = None
+        self._skip_lf = False
 
     def feed(self, chunk):
+        if self._skip_lf and chunk:
+            # the previous feed ended with CR, already taken as a line end: drop the LF of CRLF
+            self._skip_lf = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
         buf = self._buf + chunk if self._buf else chunk
         if b"\r" in buf:
-            # a lone trailing CR may be the first half of CRLF: keep it for the next feed
-            tail = b""
-            if buf.endswith(b"\r"):
-                buf, tail = buf[:-1], b"\r"
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
+            self._skip_lf = buf.endswith(b"\r")
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
         self._buf = lines.pop()
         events = []
@@ -301,6 +304,8 @@ class OpenAIStream:
             return
         try:
             obj = json.loads(data)
+            if not isinstance(obj, dict):
+                raise AttributeError
             if "error" in obj:
                 err = obj["error"]
                 msg = err.get("message") if isinstance(err, dict) else err
@@ -936,14 +941,6 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
     scrape_t = min(cfg["timeout"], 30.0)
     ignore_eos = cfg["ignore_eos"]
     level_warn = []
-    if cfg["flush_cache"]:
-        try:
-            st, _, body = await client.request("POST", "/flush_cache", timeout=scrape_t)
-            if st != 200:
-                level_warn.append("flush_cache before C=%d answered HTTP %s: %s"
-                                  % (c, st, body[:120].decode("utf-8", "replace").strip()))
-        except ClientError as exc:
-            level_warn.append("flush_cache before C=%d failed: %s" % (c, exc))
     reps = []
     all_records = []
     server_lost = False
@@ -965,6 +962,15 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
             if bad and len(bad) == len(wrecs):
                 level_warn.append("all %d warmup requests at C=%d failed: %s"
                                   % (len(bad), c, bad[0]["error"]))
+        if cfg["flush_cache"]:
+            # after the warmup, so the server's lifetime average covers only measured requests
+            try:
+                st, _, body = await client.request("POST", "/flush_cache", timeout=scrape_t)
+                if st != 200:
+                    level_warn.append("flush_cache before C=%d answered HTTP %s: %s"
+                                      % (c, st, body[:120].decode("utf-8", "replace").strip()))
+            except ClientError as exc:
+                level_warn.append("flush_cache before C=%d failed: %s" % (c, exc))
         m_before = await _scrape(client, "/metrics", scrape_t)
         i_before = await _scrape(client, "/server_info", scrape_t) if server_has_info else None
         count = prompts_needed(cfg, c)

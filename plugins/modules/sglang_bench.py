@@ -143,7 +143,7 @@ options:
     default: 600
   flush_cache:
     description:
-      - POST C(/flush_cache) before each level. This empties the radix cache and resets the
+      - POST C(/flush_cache) before each level (after its warmup). This empties the radix cache and resets the
         server's lifetime accept-length average, so the C(/server_info) figure is per level.
       - The server refuses the flush while requests are pending; then a warning is returned.
     type: bool

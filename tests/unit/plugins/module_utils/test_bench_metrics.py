@@ -1,0 +1,237 @@
+"""Metric math of sglang_bench: percentiles, per-request rates, steady state, CI, counters."""
+
+import math
+import random
+import statistics
+
+import pytest
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import bench_metrics as bm
+
+
+# ------------------------------------------------------------------ percentiles
+@pytest.mark.parametrize("values,q,expected", [
+    ([1, 2, 3, 4], 50, 2.5),
+    ([1, 2, 3, 4], 90, 3.7),          # numpy linear: pos 2.7 -> 3 + 0.7
+    (list(range(1, 11)), 99, 9.91),   # pos 8.91
+    ([5], 99, 5.0),
+    ([3, 1, 2], 0, 1.0),
+    ([3, 1, 2], 100, 3.0),
+    ([10, 20], 25, 12.5),
+])
+def test_percentile_numpy_linear(values, q, expected):
+    assert bm.percentile(values, q) == pytest.approx(expected)
+
+
+def test_percentile_matches_inclusive_quantiles_on_random_data():
+    # statistics.quantiles(method="inclusive") is the same (n-1)p interpolation numpy uses
+    rng = random.Random(7)
+    data = [rng.expovariate(1.0) for _ in range(257)]
+    qs = statistics.quantiles(data, n=100, method="inclusive")
+    for q in (1, 10, 50, 90, 99):
+        assert bm.percentile(data, q) == pytest.approx(qs[q - 1], rel=1e-12)
+
+
+def test_percentile_empty_and_bad():
+    assert bm.percentile([], 50) is None
+    with pytest.raises(ValueError):
+        bm.percentile([1], 101)
+
+
+def test_summarize_scales_and_handles_empty():
+    s = bm.summarize([0.001, 0.002, 0.003], scale=1000.0)
+    assert s["mean"] == pytest.approx(2.0)
+    assert s["p50"] == pytest.approx(2.0)
+    assert s["p99"] == pytest.approx(2.98)
+    assert bm.summarize([]) == {"mean": None, "p50": None, "p90": None, "p99": None}
+
+
+# ------------------------------------------------------------------ Student-t
+@pytest.mark.parametrize("df,expected", [
+    (1, 12.7062047), (2, 4.3026527), (4, 2.7764451), (10, 2.2281389), (30, 2.0422725),
+])
+def test_t_ppf_two_sided_95(df, expected):
+    assert bm.t_ppf(0.975, df) == pytest.approx(expected, rel=1e-6)
+
+
+def test_t_ppf_symmetry_and_cdf_inverse():
+    assert bm.t_ppf(0.5, 5) == 0.0
+    assert bm.t_ppf(0.025, 5) == pytest.approx(-bm.t_ppf(0.975, 5))
+    for df in (1, 3, 8, 50):
+        for p in (0.6, 0.9, 0.995):
+            assert bm.t_cdf(bm.t_ppf(p, df), df) == pytest.approx(p, abs=1e-9)
+
+
+def test_confidence_interval_known_values():
+    # mean 10, sd 1 (values 9, 10, 11), n = 3: half width = t(0.975, 2) * 1 / sqrt(3)
+    ci = bm.confidence_interval([9.0, 10.0, 11.0])
+    half = 4.3026527 / math.sqrt(3)
+    assert ci["mean"] == pytest.approx(10.0)
+    assert ci["half_width"] == pytest.approx(half, rel=1e-6)
+    assert ci["low"] == pytest.approx(10 - half, rel=1e-6)
+    assert ci["high"] == pytest.approx(10 + half, rel=1e-6)
+    assert ci["n"] == 3
+
+
+def test_confidence_interval_single_value_has_no_width():
+    ci = bm.confidence_interval([5.0, None])
+    assert ci["mean"] == 5.0 and ci["half_width"] is None and ci["n"] == 1
+
+
+def test_confidence_interval_90_is_narrower():
+    vals = [1.0, 2.0, 4.0, 3.0]
+    assert bm.confidence_interval(vals, 0.90)["half_width"] < \
+        bm.confidence_interval(vals, 0.95)["half_width"]
+
+
+# ------------------------------------------------------------------ per request
+def test_request_times_spreads_speculative_chunks_per_token():
+    # first token at 0.1 s; then chunks of 3, 3, 2 tokens at 0.13, 0.16, 0.18 -> n = 9
+    rec = {"ttft": 0.1, "e2e": 0.18, "output_tokens": 9,
+           "chunks": [(0.1, 1), (0.13, 3), (0.16, 3), (0.18, 2)]}
+    d = bm.request_times(rec)
+    assert d["tpot"] == pytest.approx(0.08 / 8)
+    assert d["decode_tps"] == pytest.approx(8 / 0.08)
+    assert d["chunk_gaps"] == pytest.approx([0.03, 0.03, 0.02])
+    assert d["itl"] == pytest.approx([0.01] * 8)
+    # per-token ITL sums to the decode time, like TPOT * (n - 1)
+    assert sum(d["itl"]) == pytest.approx(rec["e2e"] - rec["ttft"])
+
+
+def test_request_times_single_token_has_no_rate():
+    d = bm.request_times({"ttft": 0.1, "e2e": 0.1, "output_tokens": 1, "chunks": [(0.1, 1)]})
+    assert d["tpot"] is None and d["decode_tps"] is None and d["itl"] == []
+
+
+def test_request_times_first_chunk_with_several_tokens():
+    # a first chunk carrying 2 tokens: those are not ITL samples (no gap before them)
+    d = bm.request_times({"ttft": 0.05, "e2e": 0.09, "output_tokens": 4,
+                          "chunks": [(0.05, 2), (0.09, 2)]})
+    assert d["itl"] == pytest.approx([0.02, 0.02])
+    assert d["tpot"] == pytest.approx(0.04 / 3)
+
+
+# ------------------------------------------------------------------ level
+def _rec(start, ttft, e2e, n, k=1, ok=True):
+    chunks = [(ttft, 1)]
+    t, done = ttft, 1
+    step = (e2e - ttft) / max(1, math.ceil((n - 1) / k))
+    while done < n:
+        t += step
+        add = min(k, n - done)
+        done += add
+        chunks.append((t, add))
+    return {"ok": ok, "error": None if ok else "boom", "start": start, "ttft": ttft, "e2e": e2e,
+            "output_tokens": n, "prompt_tokens": 10, "chunks": chunks,
+            "spec_accept_length": None, "spec_verify_ct": None}
+
+
+def test_level_metrics_throughput_and_time_scale():
+    recs = [_rec(0.0, 0.1, 1.1, 101), _rec(0.0, 0.1, 1.1, 101),
+            {"ok": False, "error": "HTTP 500 X", "start": 0.0, "chunks": []}]
+    m = bm.level_metrics(recs, duration=1.1, concurrency=2)
+    assert m["completed"] == 2 and m["failed"] == 1
+    assert m["errors"] == {"HTTP 500 X": 1}
+    assert m["total_output_tokens"] == 202
+    assert m["output_throughput"] == pytest.approx(202 / 1.1)
+    assert m["request_throughput"] == pytest.approx(2 / 1.1)
+    assert m["decode_tps_per_request"]["mean"] == pytest.approx(100.0)
+    assert m["tpot_ms"]["p50"] == pytest.approx(10.0)
+    assert m["ttft_ms"]["mean"] == pytest.approx(100.0)
+    # a simulator 20x faster than real time: same run in simulated seconds
+    s = bm.level_metrics(recs, duration=1.1, concurrency=2, time_scale=0.05)
+    assert s["duration_s"] == pytest.approx(22.0)
+    assert s["output_throughput"] == pytest.approx(202 / 22.0)
+    assert s["ttft_ms"]["mean"] == pytest.approx(2000.0)
+    assert s["decode_tps_per_request"]["p50"] == pytest.approx(5.0)
+    assert s["itl_ms"]["p50"] == pytest.approx(200.0)
+
+
+def test_level_metrics_rejects_bad_time_scale():
+    with pytest.raises(ValueError):
+        bm.level_metrics([], 1.0, 1, time_scale=0)
+
+
+def test_level_metrics_accept_length_token_weighted():
+    a = dict(_rec(0, 0.1, 1.0, 100), spec_verify_ct=25, spec_accept_length=4.0)
+    b = dict(_rec(0, 0.1, 1.0, 10), spec_verify_ct=10, spec_accept_length=1.0)
+    m = bm.level_metrics([a, b], 1.0, 2)
+    assert m["request_accept_length"] == pytest.approx(110 / 35.0)
+
+
+def test_level_metrics_all_failed():
+    m = bm.level_metrics([{"ok": False, "error": "x", "chunks": []}], 0.5, 1)
+    assert m["completed"] == 0 and m["output_throughput"] == 0
+    assert m["ttft_ms"]["p99"] is None and m["steady_state"] is None
+
+
+# ------------------------------------------------------------------ steady state
+def test_steady_state_excludes_ramp_and_drain():
+    # C = 2; request A runs 0..2, B runs 1..3: both in flight only during 1..2
+    a = _rec(0.0, 0.0, 2.0, 201)
+    b = _rec(1.0, 0.0, 2.0, 201)
+    ss = bm.steady_state([a, b], concurrency=2, ratio=1.0)
+    assert ss["window_s"] == pytest.approx(1.0)
+    # 100 tok/s each, both inside the window
+    assert ss["output_throughput"] == pytest.approx(200.0, rel=0.02)
+    assert ss["concurrency_threshold"] == 2
+
+
+def test_steady_state_handover_at_equal_times_is_continuous():
+    # C = 1 closed loop: next request starts exactly when the previous ends
+    recs = [_rec(float(i), 0.0, 1.0, 11) for i in range(3)]
+    ss = bm.steady_state(recs, concurrency=1, ratio=1.0)
+    assert ss["window_s"] == pytest.approx(3.0)
+
+
+def test_steady_state_none_when_never_reached():
+    assert bm.steady_state([_rec(0.0, 0.0, 1.0, 5)], concurrency=4) is None
+
+
+# ------------------------------------------------------------------ server counters
+PROM = """# HELP sglang:generation_tokens_total Number of generation tokens processed.
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="m",tp_rank="0"} 1200.0
+sglang:generation_tokens_total{model_name="m",tp_rank="1"} 300.0
+sglang:spec_verify_calls_total{model_name="m"} 500
+sglang:num_running_reqs{model_name="m"} NaN
+sglang:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 12
+garbage line here
+"""
+
+
+def test_parse_prometheus_sums_label_sets_and_skips_junk():
+    m = bm.parse_prometheus(PROM)
+    assert m[bm.GEN_TOKENS] == 1500.0
+    assert m[bm.VERIFY_CALLS] == 500.0
+    assert "sglang:num_running_reqs" not in m
+    assert m["sglang:e2e_request_latency_seconds_bucket"] == 12.0
+    assert bm.parse_prometheus("") == {}
+
+
+def test_counter_accept_length_is_a_delta():
+    before = {bm.GEN_TOKENS: 1000.0, bm.VERIFY_CALLS: 1000.0}  # old traffic at accept 1.0
+    after = {bm.GEN_TOKENS: 5000.0, bm.VERIFY_CALLS: 2000.0}
+    assert bm.counter_accept_length(before, after) == pytest.approx(4.0)
+    assert bm.counter_accept_length(None, after) is None
+    assert bm.counter_accept_length(before, {bm.GEN_TOKENS: 1.0}) is None
+    # restarted server (counters went back): unknown, not negative
+    assert bm.counter_accept_length(after, before) is None
+
+
+def test_server_info_accept_length():
+    assert bm.server_info_accept_length(
+        {"internal_states": [{"avg_spec_accept_length": 3.2}]}) == 3.2
+    assert bm.server_info_accept_length({"internal_states": []}) is None
+    assert bm.server_info_accept_length(None) is None
+    assert bm.server_info_accept_length({"internal_states": [{"avg_spec_accept_length": None}]}) \
+        is None
+
+
+def test_client_limit_thresholds():
+    assert bm.client_limit(0.5, 1.0) == (False, None)
+    limited, why = bm.client_limit(0.9, 1.0)
+    assert limited and "CPU" in why
+    limited, why = bm.client_limit(0.2, 7.5)
+    assert limited and "lag" in why
+    assert bm.client_limit(None, None) == (False, None)
