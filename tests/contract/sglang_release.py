@@ -28,6 +28,15 @@ JSON without re-running the release code. Callables in the spec (argparse
 ``type=`` functions, custom actions) are references that are re-loaded lazily
 from the wheel.
 
+Use from a contract test (tests/contract/conftest.py puts this directory on
+sys.path and offers fixtures that skip when the wheel cannot be fetched)::
+
+    import sglang_release
+    ns = sglang_release.parse_cmdline(["--model-path", "m", "--tp-size", "4"])
+    assert "--cuda-graph-max-bs-decode" in sglang_release.flag_names("0.5.23")
+
+or from a shell: ``python tests/contract/sglang_release.py [--flags] [VERSION ...]``.
+
 API: ``real_parser(version)``, ``parse_cmdline(argv, version)``,
 ``flag_names(version)``, ``wheel_path(version)``. ``ReleaseUnavailable`` means
 the wheel could not be fetched (tests skip); ``SpecBuildError`` means the
@@ -44,6 +53,7 @@ import functools
 import hashlib
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import io
 import json
@@ -591,6 +601,9 @@ def _build_spec(version, wheel):
             ) from exc
         arguments = [{"names": list(names), "kwargs": {k: _encode(v) for k, v in kwargs.items()}}
                      for names, kwargs in parser.recorded]
+        # Statements that could not run here; none of them fed an argument (an
+        # argument touching one fails the build), kept so a reviewer can see them.
+        gaps = sorted({gap[:200] for gap in imp.unavailable})
     if len(arguments) < 50:
         raise SpecBuildError("sglang %s: only %d arguments recorded; the rebuild is incomplete" % (version, len(arguments)))
     return {
@@ -599,6 +612,7 @@ def _build_spec(version, wheel):
         "prog": parser.prog,
         "allow_abbrev": parser.allow_abbrev,
         "arguments": arguments,
+        "isolation_gaps": gaps,
     }
 
 
@@ -645,6 +659,10 @@ def spec(version=PINNED):
     tmp = path.with_suffix(".%d.tmp" % os.getpid())
     tmp.write_text(json.dumps(built, indent=1, sort_keys=True))
     os.replace(tmp, path)
+    for stale in SPECS.glob("sglang-%s-*.json" % version):
+        if stale != path:  # an older wheel or an older version of this file
+            with contextlib.suppress(OSError):
+                stale.unlink()
     return built
 
 
