@@ -398,6 +398,16 @@ def wait_gone(targets, deadline, proc_root="/proc", interval=0.1, clock=time.mon
         sleep(min(interval, max(0.0, deadline - clock())))
 
 
+def find_binary(name, get_bin_path):
+    """Path of an executable: `name` itself when it contains a slash, else a search of PATH
+    plus the usual system directories (Ansible runs modules with a minimal PATH)."""
+    if not name:
+        return None
+    if os.path.sep in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/usr/local/bin", "/sbin", "/bin"])
+
+
 class CommandTimeout(Exception):
     pass
 

@@ -339,9 +339,7 @@ def main():
         module.fail_json(msg="timeout must be a positive number of seconds, got %s" % module.params["timeout"])
 
     def which(name):
-        if os.path.sep in name:
-            return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-        return module.get_bin_path(name, opt_dirs=["/usr/bin", "/usr/sbin", "/usr/local/bin", "/sbin", "/bin"])
+        return procs.find_binary(name, module.get_bin_path)
 
     def runner(argv):
         return procs.run_with_timeout(argv, module.params["timeout"])
