@@ -1,0 +1,346 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Filters that turn the service role's logical settings into an SGLang command line.
+
+Why a filter and not template logic: the argv is the part that breaks when SGLang renames a flag
+(0.5.23 dropped ``--cuda-graph-max-bs``), so it is built by one pure function that the contract
+test feeds, for a matrix of settings, to the pinned release's own argument parser. The template
+only joins the list.
+
+Settings (a dict; keys absent or None are not rendered, so SGLang's default applies)::
+
+    model_path, served_model_name, tp_size, host, port, kv_cache_dtype, mem_fraction_static,
+    cuda_graph_max_bs, max_running_requests, context_length, attention_backend,
+    trust_remote_code (bool), api_key_env (name of an environment variable holding the key),
+    speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
+    speculative_num_draft_tokens, speculative_draft_model_path, extra_args (list of str)
+
+The release map gives, per logical key, the flag spelling of one SGLang release, e.g.
+``{"cuda_graph_max_bs": "--cuda-graph-max-bs-decode", "tp_size": "--tp-size", ...}``
+(roles/service/vars/sglang_releases.yml, generated from the real wheels).
+
+Filters: sglang_service_args (settings, flags) -> argv list; sglang_service_spec (resolved
+speculative settings); sglang_service_problems (list of what is wrong, empty when valid);
+sglang_service_summary (one-line JSON of the logical settings, for the unit's comment);
+sglang_systemd_exec (argv -> ExecStart= text); sglang_systemd_env (one Environment= word).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import re
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover - only for running the pure functions without ansible
+    class AnsibleFilterError(Exception):
+        pass
+
+
+# Logical key -> rendered as "flag value" (value keys) or as a bare flag (bool keys).
+VALUE_KEYS = (
+    "model_path",
+    "served_model_name",
+    "tp_size",
+    "host",
+    "port",
+    "kv_cache_dtype",
+    "mem_fraction_static",
+    "cuda_graph_max_bs",
+    "max_running_requests",
+    "context_length",
+    "attention_backend",
+)
+SPEC_KEYS = (
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+)
+BOOL_KEYS = ("trust_remote_code",)
+
+# SGLang lowers max_running_requests to this when any EAGLE/MTP/NGRAM/DFLASH speculation is on
+# and the setting is unset ("Max running requests is reset to 48 for speculative decoding").
+SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
+
+_ENV_REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BARE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./${}-]+$")
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _set(value):
+    return value is not None and value != ""
+
+
+INT_KEYS = ("tp_size", "port", "cuda_graph_max_bs", "max_running_requests", "speculative_num_steps",
+            "speculative_eagle_topk", "speculative_num_draft_tokens")
+FLOAT_KEYS = ("mem_fraction_static",)
+
+
+def normalize(settings):
+    """Copy of ``settings`` with numeric strings of numeric keys made numbers.
+
+    Extra vars given on the command line (``-e sglang_service_tp=4``) arrive as strings, and role
+    argument validation checks them without converting the variables themselves.
+    """
+    out = dict(settings or {})
+    for key in INT_KEYS:
+        value = out.get(key)
+        if isinstance(value, str) and re.match(r"^\s*[+-]?[0-9]+\s*$", value):
+            out[key] = int(value)
+    for key in FLOAT_KEYS:
+        value = out.get(key)
+        if isinstance(value, str):
+            try:
+                out[key] = float(value)
+            except ValueError:
+                pass
+    ctx = out.get("context_length")
+    if isinstance(ctx, str) and re.match(r"^\s*[0-9]+\s*$", ctx):
+        out["context_length"] = int(ctx)
+    for key in BOOL_KEYS:
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = value.strip().lower() in ("1", "true", "yes", "on")
+    return out
+
+
+def sglang_service_spec(settings):
+    """Resolved speculative settings: algorithm upper-cased, draft tokens derived when unset.
+
+    Returns a dict with the five SPEC_KEYS (None where not set) plus ``enabled``. With no
+    algorithm, speculation is off and the other speculative keys are ignored (all None).
+    For topk 1 the draft token count is steps + 1 (SGLang forces that value anyway and logs an
+    adjustment); for topk > 1 it cannot be derived and must be given.
+    """
+    settings = normalize(settings)
+    algo = settings.get("speculative_algorithm")
+    out = dict((key, None) for key in SPEC_KEYS)
+    out["enabled"] = False
+    if not _set(algo):
+        return out
+    out["enabled"] = True
+    out["speculative_algorithm"] = str(algo).upper()
+    steps = settings.get("speculative_num_steps")
+    topk = settings.get("speculative_eagle_topk")
+    draft = settings.get("speculative_num_draft_tokens")
+    out["speculative_num_steps"] = steps
+    out["speculative_draft_model_path"] = settings.get("speculative_draft_model_path") or None
+    if steps is not None and topk is None:
+        topk = 1  # what the operator means by "MTP with N steps"; SGLang's auto-choice is 1 too
+    out["speculative_eagle_topk"] = topk
+    if draft is None and _is_int(steps) and topk == 1:
+        draft = steps + 1
+    out["speculative_num_draft_tokens"] = draft
+    return out
+
+
+def sglang_service_problems(settings):
+    """Human-readable problems with ``settings`` (empty list when they are valid).
+
+    Ranges and consistency that argument_specs cannot express; each message says what to fix.
+    """
+    settings = normalize(settings)
+    problems = []
+
+    def need_int(key, low, high=None, optional=True):
+        value = settings.get(key)
+        if value is None and optional:
+            return None
+        if not _is_int(value):
+            problems.append("%s must be an integer, got %r" % (key, value))
+            return None
+        if value < low or (high is not None and value > high):
+            rng = ">= %d" % low if high is None else "in %d..%d" % (low, high)
+            problems.append("%s must be %s, got %d" % (key, rng, value))
+            return None
+        return value
+
+    if not _set(settings.get("model_path")):
+        problems.append("model_path must be set (a local directory or a Hugging Face repo id)")
+    need_int("port", 1, 65535, optional=False)
+    need_int("tp_size", 1)
+    need_int("cuda_graph_max_bs", 1)
+    need_int("max_running_requests", 1)
+    ctx = settings.get("context_length")
+    if ctx is not None and not (_is_int(ctx) and ctx >= 1) and not (
+            isinstance(ctx, str) and re.match(r"^[0-9]+(\.[0-9]+)?([kKmMgG]i?)?$", ctx)):
+        problems.append("context_length must be a positive integer or a size like 32k/128Ki, got %r" % (ctx,))
+    mem = settings.get("mem_fraction_static")
+    if mem is not None:
+        if isinstance(mem, bool) or not isinstance(mem, (int, float)):
+            problems.append("mem_fraction_static must be a number in (0, 1), got %r" % (mem,))
+        elif not 0 < mem < 1:
+            problems.append("mem_fraction_static must be in (0, 1) (exclusive), got %s" % mem)
+    extra = settings.get("extra_args") or []
+    if not isinstance(extra, (list, tuple)) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
+                                                        for a in extra):
+        problems.append("extra_args must be a list of strings, one argv word each, got %r" % (extra,))
+    env_name = settings.get("api_key_env")
+    if _set(env_name) and not _ENV_NAME.match(str(env_name)):
+        problems.append("api_key_env must be an environment variable name, got %r" % (env_name,))
+
+    if not _set(settings.get("speculative_algorithm")):
+        return problems
+    steps = need_int("speculative_num_steps", 1)
+    topk = need_int("speculative_eagle_topk", 1)
+    draft = need_int("speculative_num_draft_tokens", 1)
+    if settings.get("speculative_num_steps") is None and (
+            settings.get("speculative_eagle_topk") is not None or settings.get("speculative_num_draft_tokens") is not None):
+        problems.append("speculative_num_steps must be set when eagle_topk or num_draft_tokens is "
+                        "(SGLang only auto-chooses all three together)")
+    if steps is None:
+        return problems
+    if topk is None and settings.get("speculative_eagle_topk") is None:
+        topk = 1
+    if topk == 1 and draft is not None and draft != steps + 1:
+        problems.append("speculative_num_draft_tokens must be num_steps + 1 = %d when eagle_topk is 1 "
+                        "(got %d; SGLang would silently override it): leave it unset to derive it"
+                        % (steps + 1, draft))
+    if topk is not None and topk > 1:
+        if settings.get("speculative_num_draft_tokens") is None:
+            problems.append("speculative_num_draft_tokens must be set when eagle_topk > 1 "
+                            "(it cannot be derived; at most num_steps * topk + 1 = %d)" % (steps * topk + 1))
+        elif draft is not None and draft > steps * topk + 1:
+            problems.append("speculative_num_draft_tokens must be <= num_steps * eagle_topk + 1 = %d, got %d"
+                            % (steps * topk + 1, draft))
+    return problems
+
+
+def _flag(flags, key):
+    try:
+        flag = flags[key]
+    except (KeyError, TypeError):
+        raise AnsibleFilterError(
+            "sglang_service_args: the release flag map has no entry for %r, so this SGLang release "
+            "cannot be told about it: unset the setting or add the flag to "
+            "roles/service/vars/sglang_releases.yml" % key)
+    if not flag or not str(flag).startswith("--"):
+        raise AnsibleFilterError("sglang_service_args: flag for %r must start with '--', got %r" % (key, flag))
+    return str(flag)
+
+
+def _word(value):
+    if isinstance(value, bool):
+        raise AnsibleFilterError("sglang_service_args: boolean %r where a value was expected" % value)
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def sglang_service_args(settings, flags):
+    """The argv (list of str) for ``settings`` with the flag names in ``flags``."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError("sglang_service_args: settings must be a dict, got %s" % type(settings).__name__)
+    if not isinstance(flags, dict):
+        raise AnsibleFilterError("sglang_service_args: flags must be a dict (the release map entry), got %s"
+                                 % type(flags).__name__)
+    problems = sglang_service_problems(settings)
+    settings = normalize(settings)
+    if problems:
+        raise AnsibleFilterError("sglang_service_args: invalid settings: " + "; ".join(problems))
+    argv = []
+    for key in VALUE_KEYS:
+        value = settings.get(key)
+        if _set(value):
+            argv += [_flag(flags, key), _word(value)]
+    spec = sglang_service_spec(settings)
+    if spec["enabled"]:
+        for key in SPEC_KEYS:
+            if _set(spec[key]):
+                argv += [_flag(flags, key), _word(spec[key])]
+    for key in BOOL_KEYS:
+        if settings.get(key):
+            argv.append(_flag(flags, key))
+    env_name = settings.get("api_key_env")
+    if _set(env_name):
+        # systemd substitutes ${NAME} from the EnvironmentFile at start, so the key itself never
+        # appears in the unit file (SGLang 0.5.23 reads --api-key from the command line only).
+        argv += [_flag(flags, "api_key"), "${%s}" % env_name]
+    argv += [_word(a) for a in (settings.get("extra_args") or [])]
+    return argv
+
+
+def sglang_service_summary(settings):
+    """The logical settings as one-line JSON, rendered as a comment in the unit so tools (rollout,
+    mtp_tune) can read back what a unit runs without parsing flags of a given release."""
+    settings = normalize(settings)
+    spec = sglang_service_spec(settings)
+    summary = {
+        "speculative_algorithm": spec["speculative_algorithm"],
+        "speculative_num_steps": spec["speculative_num_steps"],
+        "speculative_eagle_topk": spec["speculative_eagle_topk"],
+        "speculative_num_draft_tokens": spec["speculative_num_draft_tokens"],
+    }
+    for key in ("tp_size", "kv_cache_dtype", "mem_fraction_static", "cuda_graph_max_bs", "context_length",
+                "attention_backend"):
+        summary[key] = settings.get(key)
+    mrr = settings.get("max_running_requests")
+    summary["max_running_requests"] = mrr
+    summary["max_running_requests_effective"] = (
+        mrr if mrr is not None else (SPEC_DEFAULT_MAX_RUNNING_REQUESTS if spec["enabled"] else None))
+    return json.dumps(summary, sort_keys=True, separators=(",", ":"))
+
+
+def _systemd_escape(text):
+    # %-specifiers are expanded in every ExecStart/Environment word; $ only in ExecStart.
+    return text.replace("%", "%%")
+
+
+def sglang_systemd_exec(argv):
+    """Join argv words into a systemd ExecStart= command line.
+
+    Words are double-quoted when they hold anything but plain characters; ``%`` becomes ``%%``
+    and ``$`` becomes ``$$`` so systemd passes them through literally, except a word that is
+    exactly ``${NAME}``, which systemd replaces by that variable (from Environment/EnvironmentFile)
+    as one word.
+    """
+    words = []
+    for raw in argv:
+        word = str(raw)
+        if _ENV_REF.match(word):
+            words.append(word)
+            continue
+        if "\n" in word or "\r" in word:
+            raise AnsibleFilterError("sglang_systemd_exec: argv words cannot contain newlines: %r" % word)
+        word = _systemd_escape(word).replace("$", "$$")
+        if word and _BARE_WORD.match(word) and "\\" not in word:
+            words.append(word)
+        else:
+            words.append('"%s"' % word.replace("\\", "\\\\").replace('"', '\\"'))
+    return " ".join(words)
+
+
+def sglang_systemd_env(name, value):
+    """One ``Environment=`` assignment, quoted for systemd: ``"NAME=value"``."""
+    name = str(name)
+    if not _ENV_NAME.match(name):
+        raise AnsibleFilterError("sglang_systemd_env: %r is not a valid environment variable name" % name)
+    if isinstance(value, bool):
+        value = "1" if value else "0"
+    text = "%s=%s" % (name, value)
+    if "\n" in text:
+        raise AnsibleFilterError("sglang_systemd_env: the value of %s contains a newline" % name)
+    return '"%s"' % _systemd_escape(text).replace("\\", "\\\\").replace('"', '\\"')
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "sglang_service_args": sglang_service_args,
+            "sglang_service_spec": sglang_service_spec,
+            "sglang_service_problems": sglang_service_problems,
+            "sglang_service_summary": sglang_service_summary,
+            "sglang_systemd_exec": sglang_systemd_exec,
+            "sglang_systemd_env": sglang_systemd_env,
+        }

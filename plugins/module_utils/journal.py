@@ -1,0 +1,172 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Classify why an SGLang server failed to come up, from its journal lines.
+
+Pure functions (no I/O), so they are tested on journal excerpts built from SGLang 0.5.23's own
+messages (see the reference notes, section 4). Stdlib only, Python >= 3.9.
+
+Classes, in the order they are decided (the first class with a matching line wins, because a
+crash leaves several symptoms in one journal and the *cause* comes first in this order):
+
+``bad_args``
+    argparse rejected the command line (``usage: sglang serve``, ``error: unrecognized
+    arguments``, ``ambiguous option``, ``invalid choice``), or startup validation refused a
+    combination (unknown speculative algorithm, trtllm_mha with topk > 1). Fix the unit.
+``port_in_use``
+    the HTTP port is taken (``[Errno 98]``, ``address already in use``).
+``cuda_graph_capture``
+    ``Capture cuda graph failed`` (or an OOM while a capture was in progress). Fix: smaller
+    cuda-graph max batch size, lower mem fraction, fewer speculative steps.
+``oom_kv_cache``
+    ``RuntimeError: Not enough memory. Please try to increase --mem-fraction-static``: weights and
+    reserve leave no room for the KV pool.
+``cuda_oom``
+    a CUDA out-of-memory error that is neither of the two above (e.g. while loading weights).
+``timeout`` and ``unknown`` are decided by the caller (no line says "timeout"; nothing matched).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import re
+
+__metaclass__ = type
+
+FAILURE_CLASSES = (
+    "oom_kv_cache",
+    "cuda_graph_capture",
+    "cuda_oom",
+    "bad_args",
+    "port_in_use",
+    "timeout",
+    "unknown",
+)
+
+READY_PATTERN = re.compile(r"The server is fired up and ready to roll!")
+
+_I = re.IGNORECASE
+
+# (class, patterns) in decision order; see the module docstring for why this order.
+_RULES = (
+    ("bad_args", (
+        re.compile(r"usage: sglang serve"),
+        re.compile(r"usage: .*launch_server"),
+        re.compile(r"error: unrecognized arguments:"),
+        re.compile(r"error: ambiguous option:"),
+        re.compile(r"error: argument [^:]+: invalid choice:"),
+        re.compile(r"error: argument [^:]+: invalid \w+ value:"),
+        re.compile(r"error: argument [^:]+: expected (one|at least one) argument"),
+        re.compile(r"error: the following arguments are required:"),
+        re.compile(r"Unknown speculative algorithm name"),
+        re.compile(r"trtllm_mha backend only supports topk = 1"),
+    )),
+    ("port_in_use", (
+        re.compile(r"\[Errno 98\]"),
+        re.compile(r"address already in use", _I),
+        re.compile(r"port \d+ is (already )?in use", _I),
+    )),
+    ("cuda_graph_capture", (
+        re.compile(r"Capture cuda graph failed", _I),
+    )),
+    ("oom_kv_cache", (
+        re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"),
+        re.compile(r"RuntimeError: Not enough memory"),
+    )),
+    ("cuda_oom", (
+        re.compile(r"OutOfMemoryError: CUDA out of memory"),
+        re.compile(r"CUDA error: out of memory"),
+        re.compile(r"CUDA out of memory", _I),
+        re.compile(r"CUBLAS_STATUS_ALLOC_FAILED", _I),
+    )),
+)
+
+# A capture in progress: an OOM after this line (and before its "end") is a capture failure even
+# when SGLang's own "Capture cuda graph failed" wrapper line did not make it into the journal.
+_CAPTURE_BEGIN = re.compile(r"Capture .*cuda graph begin", _I)
+_CAPTURE_END = re.compile(r"Capture .*cuda graph end", _I)
+
+# Lines that mean "this server process is going down", though they do not name a cause.
+_FATAL_MARKERS = (
+    re.compile(r"Received sigquit from a child process"),
+    re.compile(r"scheduler died during initialization"),
+    re.compile(r"Scheduler hit an exception"),
+    re.compile(r"Initialization failed\. warmup error"),
+)
+
+HINTS = {
+    "oom_kv_cache": "KV cache pool does not fit: raise mem_fraction_static, use more tensor "
+                    "parallelism, or lower speculative steps / cuda-graph max batch size.",
+    "cuda_graph_capture": "CUDA graph capture failed: lower the cuda-graph max batch size, lower "
+                          "mem_fraction_static, or use fewer speculative steps.",
+    "cuda_oom": "CUDA ran out of memory: check that no other process holds the GPUs (gpu_reset), "
+                "then lower mem_fraction_static or use more tensor parallelism.",
+    "bad_args": "SGLang rejected its command line: check the rendered ExecStart against the "
+                "pinned release's flags (extra args, choices, flag names).",
+    "port_in_use": "The HTTP port is already taken: stop the other listener or change the port.",
+    "timeout": "The server did not become ready in time: raise the wait timeout, or look for a "
+               "hang (health answers but no tokens are generated).",
+    "unknown": "No known failure pattern in the journal: read the journal tail.",
+}
+
+
+def _match_class(line):
+    for name, patterns in _RULES:
+        for pattern in patterns:
+            if pattern.search(line):
+                return name
+    return None
+
+
+def classify(lines):
+    """Return ``(failure_class, evidence_line)`` for journal ``lines`` (oldest first).
+
+    ``failure_class`` is one of the matching classes above, or ``"unknown"`` with
+    ``evidence_line`` None when no line matches.
+    """
+    found = {}
+    capturing = False
+    for line in lines:
+        if _CAPTURE_BEGIN.search(line):
+            capturing = True
+        elif _CAPTURE_END.search(line):
+            capturing = False
+        name = _match_class(line)
+        if name is None:
+            continue
+        if name == "cuda_oom" and capturing:
+            name = "cuda_graph_capture"
+        found.setdefault(name, line)
+    for name, _patterns in _RULES:
+        if name in found:
+            return name, found[name]
+    return "unknown", None
+
+
+def is_fatal(lines):
+    """True when ``lines`` show the server is going down (a classified error or a crash marker)."""
+    for line in lines:
+        if _match_class(line) is not None:
+            return True
+        for pattern in _FATAL_MARKERS:
+            if pattern.search(line):
+                return True
+    return False
+
+
+def saw_ready(lines):
+    """True when SGLang logged its readiness line."""
+    return any(READY_PATTERN.search(line) for line in lines)
+
+
+def tail(lines, count):
+    """The last ``count`` lines; none when ``count`` <= 0."""
+    if count <= 0:
+        return []
+    return list(lines[-count:])
+
+
+def hint(failure_class):
+    """What to fix, in one sentence, for a failure class."""
+    return HINTS.get(failure_class, HINTS["unknown"])

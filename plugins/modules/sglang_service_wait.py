@@ -1,0 +1,481 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_service_wait
+short_description: Wait until an SGLang systemd unit really generates tokens, or classify why it failed
+version_added: "0.1.0"
+description:
+  - Polls C(systemctl show) for the unit's state, restart counter and invocation, and the server's
+    C(/health_generate) endpoint (a 1-token generate inside SGLang), then sends one tiny
+    C(/generate) request and checks that tokens came back. C(/health) alone is not enough: a known
+    SGLang hang with MTP speculation keeps C(/health) at 200 while no token is produced.
+  - Fails fast, without waiting for the timeout, as soon as the unit is C(failed), is in
+    C(auto-restart), its C(NRestarts) grew by more than O(max_restarts), or its journal shows a
+    fatal line (for example the KV-cache C(Not enough memory) error) while the process still runs.
+  - On failure it reads the journal of the unit's invocations seen while waiting and classifies the
+    failure as V(oom_kv_cache), V(cuda_graph_capture), V(cuda_oom), V(bad_args), V(port_in_use),
+    V(timeout) or V(unknown), and returns the journal tail.
+  - With O(fail_on_error=false) a failure is returned as data (RV(ready=false) and the class) instead
+    of failing the task; a tuning loop uses that to record the failure and go on.
+  - Never changes anything on the node, so it always reports RV(ignore:changed=false).
+options:
+  unit:
+    description: Name of the systemd unit, with or without the C(.service) suffix.
+    type: str
+    required: true
+  base_url:
+    description: Base URL of the server as seen from the node, loopback in practice.
+    type: str
+    default: http://127.0.0.1:30000
+  api_key:
+    description:
+      - API key of the server, sent as a bearer token on C(/generate). Health endpoints do not need it.
+    type: str
+  timeout:
+    description: Seconds to wait in total before failing with class V(timeout).
+    type: int
+    default: 1800
+  interval:
+    description: Seconds between two polls of the unit and the server.
+    type: float
+    default: 2.0
+  request_timeout:
+    description: Seconds one HTTP request may take (a health check or the probe generate).
+    type: float
+    default: 60.0
+  probe_generate:
+    description:
+      - After C(/health_generate) answers 200, send C(/generate) with O(probe_max_new_tokens) and
+        require that many tokens back (C(ignore_eos)), proving that decoding progresses.
+    type: bool
+    default: true
+  probe_max_new_tokens:
+    description: Tokens the probe generate asks for.
+    type: int
+    default: 4
+  max_restarts:
+    description:
+      - Automatic restarts of the unit tolerated while waiting (C(NRestarts) growth). V(0) fails at
+        the first crash, which is what a tuning loop wants.
+    type: int
+    default: 0
+  journal_lines:
+    description: How many journal lines to return in RV(journal_tail).
+    type: int
+    default: 60
+  fail_on_error:
+    description:
+      - V(true) fails the task when the server does not become ready. V(false) returns
+        RV(ready=false), RV(failure_class) and RV(journal_tail) and lets the play go on.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; it polls in check mode too (skip it when the unit cannot exist yet).
+  diff_mode:
+    support: none
+requirements:
+  - systemd (systemctl, journalctl) on the node
+author:
+  - blackwell.sglang maintainers
+seealso:
+  - module: ansible.builtin.systemd_service
+"""
+
+EXAMPLES = r"""
+---
+- name: Wait until sglang-qwen answers with real tokens
+  blackwell.sglang.sglang_service_wait:
+    unit: sglang-qwen.service
+    base_url: http://127.0.0.1:30000
+    timeout: 1800
+
+- name: Try a setting and record a failure instead of stopping the play
+  blackwell.sglang.sglang_service_wait:
+    unit: sglang-qwen
+    fail_on_error: false
+  register: __wait
+
+- name: Show why it failed
+  ansible.builtin.debug:
+    msg: "{{ __wait.failure_class }}: {{ __wait.journal_tail[-5:] }}"
+  when: not __wait.ready
+"""
+
+RETURN = r"""
+ready:
+  description: Whether the server generated tokens before the timeout.
+  returned: always
+  type: bool
+  sample: true
+seconds:
+  description: Seconds spent waiting.
+  returned: always
+  type: float
+  sample: 42.5
+failure_class:
+  description:
+    - Why the server did not become ready; V(null) when ready. One of V(oom_kv_cache),
+      V(cuda_graph_capture), V(cuda_oom), V(bad_args), V(port_in_use), V(timeout), V(unknown).
+  returned: always
+  type: str
+  sample: oom_kv_cache
+failure_line:
+  description: The journal line that decided RV(failure_class), if any.
+  returned: always
+  type: str
+  sample: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+hint:
+  description: What to change for this failure class.
+  returned: when not ready
+  type: str
+journal_tail:
+  description: The last O(journal_lines) journal lines of the unit's invocations seen while waiting.
+  returned: always
+  type: list
+  elements: str
+nrestarts:
+  description: C(NRestarts) of the unit at the end of the wait.
+  returned: always
+  type: int
+restarts_during_wait:
+  description: How much C(NRestarts) grew while waiting.
+  returned: always
+  type: int
+active_state:
+  description: The unit's C(ActiveState) at the end.
+  returned: always
+  type: str
+  sample: active
+sub_state:
+  description: The unit's C(SubState) at the end.
+  returned: always
+  type: str
+  sample: running
+exec_main_status:
+  description: Exit status of the unit's last main process (C(ExecMainStatus)).
+  returned: always
+  type: int
+invocation_ids:
+  description: The unit's invocation IDs seen while waiting, oldest first.
+  returned: always
+  type: list
+  elements: str
+health_status:
+  description: HTTP status of the last C(/health_generate) answer, V(null) if none came.
+  returned: always
+  type: int
+generated_tokens:
+  description: Tokens the probe generate returned (V(0) when it did not run or failed).
+  returned: always
+  type: int
+ansible_facts:
+  description: The same data under C(sglang_service_wait).
+  returned: always
+  type: dict
+  contains:
+    sglang_service_wait:
+      description: Result of the wait (ready, seconds, failure_class, nrestarts, ...).
+      type: dict
+      returned: always
+"""
+
+import json
+import socket
+import subprocess
+import time
+
+try:
+    from urllib.error import HTTPError, URLError
+    from urllib.request import Request, urlopen
+except ImportError:  # pragma: no cover - Python 2 is not supported on nodes
+    HTTPError = URLError = Request = urlopen = None
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import journal
+
+SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "NRestarts", "ExecMainPID",
+                   "ExecMainStatus", "InvocationID", "Result")
+JOURNAL_SCAN_LINES = 400
+
+
+def unit_name(name):
+    return name if "." in name else name + ".service"
+
+
+def parse_show(text):
+    """`systemctl show -p A,B` output (KEY=VALUE lines) to a dict."""
+    props = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props
+
+
+def _int(value, default=0):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def journal_argv(invocation_ids, lines):
+    """journalctl for the given invocations: the service's own output (_SYSTEMD_INVOCATION_ID)
+    OR systemd's messages about it (INVOCATION_ID), most recent ``lines``."""
+    argv = ["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines)]
+    first = True
+    for inv in invocation_ids:
+        for field in ("_SYSTEMD_INVOCATION_ID", "INVOCATION_ID"):
+            if not first:
+                argv.append("+")
+            argv.append("%s=%s" % (field, inv))
+            first = False
+    return argv
+
+
+class Waiter:
+    """The wait loop, with its side effects injected so it can be tested without systemd or HTTP.
+
+    run(argv) -> (rc, stdout, stderr); http(method, url, body_bytes, headers, timeout) ->
+    (status or None, body text); clock() -> seconds; sleep(seconds).
+    """
+
+    def __init__(self, params, run, http, clock=time.monotonic, sleep=time.sleep):
+        self.p = params
+        self.unit = unit_name(params["unit"])
+        self.run = run
+        self.http = http
+        self.clock = clock
+        self.sleep = sleep
+        self.invocations = []
+        self.props = {}
+        self.health_status = None
+        self.generated_tokens = 0
+        self.base_restarts = None
+        self.last_probe_error = None
+
+    # -- systemd ----------------------------------------------------------------------------
+    def show(self):
+        rc, out, err = self.run(["systemctl", "show", self.unit, "-p", ",".join(SHOW_PROPERTIES)])
+        if rc != 0:
+            raise RuntimeError("systemctl show %s failed (rc=%s): %s" % (self.unit, rc, (err or out).strip()))
+        props = parse_show(out)
+        inv = props.get("InvocationID", "")
+        if inv and inv not in self.invocations:
+            self.invocations.append(inv)
+        self.props = props
+        return props
+
+    def journal(self, lines):
+        if self.invocations:
+            rc, out, _err = self.run(journal_argv(self.invocations, lines))
+            text = out if rc == 0 else ""
+            got = [line for line in text.splitlines() if line and not line.startswith("-- ")]
+            if got:
+                return got
+        # No invocation-tagged lines (old journald, or the unit never started): the unit's tail.
+        rc, out, _err = self.run(["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines),
+                                  "-u", self.unit])
+        if rc != 0:
+            return []
+        return [line for line in out.splitlines() if line and not line.startswith("-- ")]
+
+    # -- HTTP -------------------------------------------------------------------------------
+    def _url(self, path):
+        return self.p["base_url"].rstrip("/") + path
+
+    def probe(self):
+        """True when /health_generate is 200 and (optionally) a generate returns tokens."""
+        status, body = self.http("GET", self._url("/health_generate"), None, {}, self.p["request_timeout"])
+        self.health_status = status
+        if status != 200:
+            self.last_probe_error = "/health_generate answered %s" % (status if status is not None else body)
+            return False
+        if not self.p["probe_generate"]:
+            return True
+        want = self.p["probe_max_new_tokens"]
+        payload = {
+            "text": "The capital of France is",
+            "sampling_params": {"max_new_tokens": want, "temperature": 0, "ignore_eos": True},
+        }
+        headers = {"Content-Type": "application/json"}
+        if self.p.get("api_key"):
+            headers["Authorization"] = "Bearer " + self.p["api_key"]
+        status, body = self.http("POST", self._url("/generate"), json.dumps(payload).encode("utf-8"),
+                                 headers, self.p["request_timeout"])
+        if status != 200:
+            self.last_probe_error = "/generate answered %s" % (status if status is not None else body)
+            return False
+        try:
+            data = json.loads(body)
+            if isinstance(data, list):
+                data = data[0]
+            tokens = _int((data.get("meta_info") or {}).get("completion_tokens"), 0)
+        except (ValueError, AttributeError, IndexError, TypeError):
+            self.last_probe_error = "/generate returned no JSON object"
+            return False
+        self.generated_tokens = tokens
+        if tokens < want:
+            self.last_probe_error = "/generate returned %d of %d tokens" % (tokens, want)
+            return False
+        return True
+
+    # -- loop -------------------------------------------------------------------------------
+    def _failed_state(self, props):
+        """A reason string when systemd says the server process is gone or crash-looping."""
+        if props.get("LoadState") == "not-found":
+            return "unit %s is not installed (LoadState=not-found)" % self.unit
+        active = props.get("ActiveState")
+        sub = props.get("SubState")
+        restarts = _int(props.get("NRestarts")) - self.base_restarts
+        if active == "failed":
+            return "unit %s failed (Result=%s, ExecMainStatus=%s)" % (
+                self.unit, props.get("Result"), props.get("ExecMainStatus"))
+        if sub == "auto-restart":
+            return "unit %s crashed and is waiting to restart (NRestarts=%s)" % (self.unit, props.get("NRestarts"))
+        if restarts > self.p["max_restarts"]:
+            return "unit %s restarted %d time(s) while waiting" % (self.unit, restarts)
+        if active in ("inactive", "deactivating"):
+            return "unit %s is %s (not started, or stopped while waiting)" % (self.unit, active)
+        return None
+
+    def wait(self):
+        start = self.clock()
+        deadline = start + self.p["timeout"]
+        reason = None
+        failure_class = None
+        fatal_lines = None
+        while True:
+            props = self.show()
+            if self.base_restarts is None:
+                self.base_restarts = _int(props.get("NRestarts"))
+            reason = self._failed_state(props)
+            if reason:
+                break
+            if props.get("ActiveState") in ("active", "reloading", "activating"):
+                lines = self.journal(JOURNAL_SCAN_LINES)
+                if journal.is_fatal(lines):
+                    fatal_lines = lines
+                    reason = "the journal of %s shows a fatal error while the process still runs" % self.unit
+                    break
+                if self.probe():
+                    return self.result(start, ready=True)
+            if self.clock() >= deadline:
+                failure_class = "timeout"
+                reason = "%s not ready after %ss" % (self.unit, self.p["timeout"])
+                if self.last_probe_error:
+                    reason += " (last probe: %s)" % self.last_probe_error
+                break
+            self.sleep(min(self.p["interval"], max(0.0, deadline - self.clock())))
+        lines = fatal_lines if fatal_lines is not None else self.journal(JOURNAL_SCAN_LINES)
+        cls, line = journal.classify(lines)
+        if failure_class is None:
+            failure_class = cls
+        return self.result(start, ready=False, failure_class=failure_class, failure_line=line,
+                           reason=reason, lines=lines)
+
+    def result(self, start, ready, failure_class=None, failure_line=None, reason=None, lines=None):
+        props = self.props
+        if lines is None:
+            lines = self.journal(self.p["journal_lines"]) if not ready else []
+        data = {
+            "ready": ready,
+            "seconds": round(self.clock() - start, 3),
+            "failure_class": failure_class,
+            "failure_line": failure_line,
+            "journal_tail": journal.tail(lines, self.p["journal_lines"]),
+            "nrestarts": _int(props.get("NRestarts")),
+            "restarts_during_wait": _int(props.get("NRestarts")) - (self.base_restarts or 0),
+            "active_state": props.get("ActiveState"),
+            "sub_state": props.get("SubState"),
+            "exec_main_status": _int(props.get("ExecMainStatus")),
+            "invocation_ids": list(self.invocations),
+            "health_status": self.health_status,
+            "generated_tokens": self.generated_tokens,
+        }
+        if not ready:
+            data["hint"] = journal.hint(failure_class)
+            data["msg"] = "%s: failure_class=%s: %s" % (reason, failure_class, data["hint"])
+        else:
+            data["msg"] = "%s ready after %.1fs" % (self.unit, data["seconds"])
+        return data
+
+
+def _run_command(argv):
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate()
+    except OSError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def _http(method, url, body, headers, timeout):
+    """(status, text); status None when no HTTP answer came (refused, timeout, reset)."""
+    req = Request(url, data=body, headers=headers, method=method)
+    try:
+        resp = urlopen(req, timeout=timeout)
+        try:
+            return resp.getcode(), resp.read().decode("utf-8", "replace")
+        finally:
+            resp.close()
+    except HTTPError as exc:
+        return exc.code, ""
+    except (URLError, socket.timeout, ConnectionError, OSError) as exc:
+        return None, str(getattr(exc, "reason", exc))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "unit": {"type": "str", "required": True},
+            "base_url": {"type": "str", "default": "http://127.0.0.1:30000"},
+            "api_key": {"type": "str", "no_log": True},
+            "timeout": {"type": "int", "default": 1800},
+            "interval": {"type": "float", "default": 2.0},
+            "request_timeout": {"type": "float", "default": 60.0},
+            "probe_generate": {"type": "bool", "default": True},
+            "probe_max_new_tokens": {"type": "int", "default": 4},
+            "max_restarts": {"type": "int", "default": 0},
+            "journal_lines": {"type": "int", "default": 60},
+            "fail_on_error": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    for key, low in (("timeout", 1), ("probe_max_new_tokens", 1), ("max_restarts", 0), ("journal_lines", 0)):
+        if p[key] < low:
+            module.fail_json(msg="%s must be >= %d, got %s" % (key, low, p[key]))
+    if p["interval"] <= 0 or p["request_timeout"] <= 0:
+        module.fail_json(msg="interval and request_timeout must be > 0 seconds")
+    if not p["base_url"].startswith(("http://", "https://")):
+        module.fail_json(msg="base_url must start with http:// or https://, got %r" % p["base_url"])
+    if module.get_bin_path("systemctl") is None:
+        module.fail_json(msg="systemctl not found: this module needs a systemd node")
+
+    waiter = Waiter(p, _run_command, _http)
+    try:
+        data = waiter.wait()
+    except RuntimeError as exc:
+        module.fail_json(msg=str(exc), ready=False, failure_class="unknown")
+    facts = {"sglang_service_wait": dict(data)}
+    msg = data.pop("msg")
+    if not data["ready"] and p["fail_on_error"]:
+        module.fail_json(msg=msg, ansible_facts=facts, **data)
+    module.exit_json(changed=False, msg=msg, ansible_facts=facts, **data)
+
+
+if __name__ == "__main__":
+    main()

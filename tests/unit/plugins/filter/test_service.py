@@ -1,0 +1,270 @@
+"""Unit tests for the service filters: argv building, speculative resolution, validation and
+systemd quoting. The release map here is the real one from roles/service/vars when present."""
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.blackwell.sglang.plugins.filter import service as f
+
+ROOT = Path(__file__).resolve().parents[4]
+RELEASES = ROOT / "roles" / "service" / "vars" / "sglang_releases.yml"
+
+FLAGS = {
+    "model_path": "--model-path",
+    "served_model_name": "--served-model-name",
+    "tp_size": "--tp-size",
+    "host": "--host",
+    "port": "--port",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "mem_fraction_static": "--mem-fraction-static",
+    "cuda_graph_max_bs": "--cuda-graph-max-bs-decode",
+    "max_running_requests": "--max-running-requests",
+    "context_length": "--context-length",
+    "attention_backend": "--attention-backend",
+    "speculative_algorithm": "--speculative-algorithm",
+    "speculative_num_steps": "--speculative-num-steps",
+    "speculative_eagle_topk": "--speculative-eagle-topk",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+    "speculative_draft_model_path": "--speculative-draft-model-path",
+    "trust_remote_code": "--trust-remote-code",
+    "api_key": "--api-key",
+}
+
+
+def base(**over):
+    settings = {
+        "model_path": "/models/Qwen3.5-122B-A10B",
+        "served_model_name": "qwen",
+        "tp_size": 4,
+        "host": "127.0.0.1",
+        "port": 30000,
+        "kv_cache_dtype": "bf16",
+        "mem_fraction_static": None,
+        "cuda_graph_max_bs": None,
+        "max_running_requests": None,
+        "context_length": None,
+        "attention_backend": None,
+        "trust_remote_code": False,
+        "speculative_algorithm": "NEXTN",
+        "speculative_num_steps": 4,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": None,
+        "speculative_draft_model_path": None,
+        "api_key_env": None,
+        "extra_args": [],
+    }
+    settings.update(over)
+    return settings
+
+
+def pairs(argv):
+    """flag -> value for 'flag value' pairs (bare flags map to True)."""
+    out, i = {}, 0
+    while i < len(argv):
+        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out[argv[i]] = argv[i + 1]
+            i += 2
+        else:
+            out[argv[i]] = True
+            i += 1
+    return out
+
+
+def test_mtp_steps_derive_draft_tokens():
+    argv = f.sglang_service_args(base(), FLAGS)
+    got = pairs(argv)
+    assert got["--speculative-algorithm"] == "NEXTN"
+    assert got["--speculative-num-steps"] == "4"
+    assert got["--speculative-eagle-topk"] == "1"
+    assert got["--speculative-num-draft-tokens"] == "5"
+    assert got["--tp-size"] == "4"
+    assert got["--kv-cache-dtype"] == "bf16"
+
+
+def test_unset_settings_are_not_rendered():
+    argv = f.sglang_service_args(base(), FLAGS)
+    for flag in ("--mem-fraction-static", "--cuda-graph-max-bs-decode", "--max-running-requests",
+                 "--context-length", "--attention-backend", "--trust-remote-code", "--api-key",
+                 "--speculative-draft-model-path"):
+        assert flag not in argv
+
+
+def test_all_settings_rendered_with_release_spelling():
+    argv = f.sglang_service_args(base(mem_fraction_static=0.85, cuda_graph_max_bs=512, max_running_requests=32,
+                                      context_length="32k", attention_backend="flashinfer",
+                                      trust_remote_code=True, api_key_env="SGLANG_API_KEY",
+                                      extra_args=["--mamba-ssm-dtype", "bfloat16"]), FLAGS)
+    got = pairs(argv)
+    assert got["--mem-fraction-static"] == "0.85"
+    assert got["--cuda-graph-max-bs-decode"] == "512"
+    assert "--cuda-graph-max-bs" not in argv  # the removed 0.5.22 spelling, ambiguous in 0.5.23
+    assert got["--max-running-requests"] == "32"
+    assert got["--context-length"] == "32k"
+    assert got["--attention-backend"] == "flashinfer"
+    assert got["--trust-remote-code"] is True
+    assert got["--api-key"] == "${SGLANG_API_KEY}"
+    assert argv[-2:] == ["--mamba-ssm-dtype", "bfloat16"]
+
+
+def test_flag_names_come_from_the_map():
+    flags = dict(FLAGS, cuda_graph_max_bs="--cuda-graph-max-bs")  # an older release's spelling
+    argv = f.sglang_service_args(base(cuda_graph_max_bs=8), flags)
+    assert pairs(argv)["--cuda-graph-max-bs"] == "8"
+
+
+def test_missing_flag_in_map_is_a_clear_error():
+    flags = dict(FLAGS)
+    del flags["cuda_graph_max_bs"]
+    with pytest.raises(f.AnsibleFilterError, match="no entry for 'cuda_graph_max_bs'"):
+        f.sglang_service_args(base(cuda_graph_max_bs=8), flags)
+    # ...but not when the setting is unset
+    f.sglang_service_args(base(), flags)
+
+
+def test_speculation_off_renders_no_spec_flags():
+    argv = f.sglang_service_args(base(speculative_algorithm="", speculative_num_steps=10), FLAGS)
+    assert not [a for a in argv if a.startswith("--speculative")]
+
+
+def test_algorithm_is_upper_cased():
+    assert pairs(f.sglang_service_args(base(speculative_algorithm="eagle"), FLAGS))["--speculative-algorithm"] == "EAGLE"
+
+
+@pytest.mark.parametrize("steps,topk,draft,expected", [
+    (1, 1, None, 2),
+    (3, 1, None, 4),
+    (10, 1, None, 11),
+    (5, 4, 8, 8),
+    (3, None, None, 4),   # topk unset means 1 with explicit steps
+])
+def test_spec_resolution(steps, topk, draft, expected):
+    spec = f.sglang_service_spec(base(speculative_num_steps=steps, speculative_eagle_topk=topk,
+                                      speculative_num_draft_tokens=draft))
+    assert spec["enabled"] is True
+    assert spec["speculative_num_draft_tokens"] == expected
+
+
+def test_spec_auto_leaves_all_three_unset():
+    spec = f.sglang_service_spec(base(speculative_num_steps=None, speculative_eagle_topk=None))
+    assert spec["speculative_num_steps"] is None
+    assert spec["speculative_eagle_topk"] is None
+    assert spec["speculative_num_draft_tokens"] is None
+    argv = f.sglang_service_args(base(speculative_num_steps=None, speculative_eagle_topk=None), FLAGS)
+    assert "--speculative-algorithm" in argv and "--speculative-num-steps" not in argv
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"speculative_num_steps": 0}, "speculative_num_steps must be >= 1"),
+    ({"speculative_num_steps": "four"}, "speculative_num_steps must be an integer"),
+    ({"speculative_num_steps": 2.5}, "speculative_num_steps must be an integer"),
+    ({"speculative_eagle_topk": 0}, "speculative_eagle_topk must be >= 1"),
+    ({"speculative_num_draft_tokens": 4}, "must be num_steps + 1 = 5"),
+    ({"speculative_eagle_topk": 4}, "must be set when eagle_topk > 1"),
+    ({"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 10}, "<= num_steps * eagle_topk + 1 = 9"),
+    ({"speculative_num_steps": None, "speculative_eagle_topk": 2}, "speculative_num_steps must be set"),
+    ({"port": 0}, "port must be in 1..65535"),
+    ({"port": 70000}, "port must be in 1..65535"),
+    ({"port": None}, "port must be an integer"),
+    ({"mem_fraction_static": 1.0}, "mem_fraction_static must be in (0, 1)"),
+    ({"mem_fraction_static": 0}, "mem_fraction_static must be in (0, 1)"),
+    ({"mem_fraction_static": "lots"}, "mem_fraction_static must be a number"),
+    ({"tp_size": 0}, "tp_size must be >= 1"),
+    ({"cuda_graph_max_bs": 0}, "cuda_graph_max_bs must be >= 1"),
+    ({"model_path": ""}, "model_path must be set"),
+    ({"context_length": "lots"}, "context_length must be"),
+    ({"extra_args": "--foo bar"}, "extra_args must be a list"),
+    ({"api_key_env": "not a name"}, "api_key_env must be"),
+])
+def test_problems_name_what_to_fix(over, needle):
+    problems = f.sglang_service_problems(base(**over))
+    assert any(needle in p for p in problems), problems
+    with pytest.raises(f.AnsibleFilterError, match="invalid settings"):
+        f.sglang_service_args(base(**over), FLAGS)
+
+
+def test_valid_settings_have_no_problems():
+    assert f.sglang_service_problems(base()) == []
+    assert f.sglang_service_problems(base(speculative_eagle_topk=4, speculative_num_draft_tokens=8,
+                                          speculative_num_steps=5)) == []
+
+
+def test_numeric_strings_from_extra_vars_are_accepted():
+    argv = f.sglang_service_args(base(speculative_num_steps="10", port="31000", mem_fraction_static="0.8",
+                                      tp_size="2"), FLAGS)
+    got = pairs(argv)
+    assert got["--speculative-num-steps"] == "10"
+    assert got["--speculative-num-draft-tokens"] == "11"
+    assert got["--port"] == "31000"
+    assert got["--mem-fraction-static"] == "0.8"
+
+
+def test_summary_is_json_with_effective_max_running_requests():
+    summary = json.loads(f.sglang_service_summary(base(speculative_num_steps=10, cuda_graph_max_bs=512)))
+    assert summary["speculative_num_steps"] == 10
+    assert summary["speculative_num_draft_tokens"] == 11
+    assert summary["speculative_eagle_topk"] == 1
+    assert summary["cuda_graph_max_bs"] == 512
+    assert summary["max_running_requests"] is None
+    assert summary["max_running_requests_effective"] == 48
+    off = json.loads(f.sglang_service_summary(base(speculative_algorithm=None)))
+    assert off["max_running_requests_effective"] is None
+    assert "\n" not in f.sglang_service_summary(base())
+
+
+def _systemd_split(line):
+    """Approximate systemd's ExecStart word splitting for the subset we emit (double quotes with
+    backslash escapes, $$ and %% unescaping)."""
+    words = shlex.split(line, posix=True)
+    return [w.replace("$$", "$").replace("%%", "%") for w in words]
+
+
+@pytest.mark.parametrize("argv", [
+    ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--port", "30000"],
+    ["--served-model-name", "my model"],
+    ["--chat-template", 'say "hi" \\ there'],
+    ["--x", "100%", "--y", "$HOME", "--z", "a${B}c"],
+    ["--json", '{"a": 1}'],
+])
+def test_exec_round_trips(argv):
+    assert _systemd_split(f.sglang_systemd_exec(argv)) == argv
+
+
+def test_exec_keeps_env_reference_words():
+    line = f.sglang_systemd_exec(["--api-key", "${SGLANG_API_KEY}"])
+    assert line == "--api-key ${SGLANG_API_KEY}"
+    assert "$$" in f.sglang_systemd_exec(["--api-key", "x${SGLANG_API_KEY}"])
+
+
+def test_exec_rejects_newlines():
+    with pytest.raises(f.AnsibleFilterError, match="newline"):
+        f.sglang_systemd_exec(["a\nb"])
+
+
+def test_env_assignment_quoting():
+    assert f.sglang_systemd_env("CUDA_VISIBLE_DEVICES", "0,1,2,3") == '"CUDA_VISIBLE_DEVICES=0,1,2,3"'
+    assert f.sglang_systemd_env("X", 'a "b" 50%') == '"X=a \\"b\\" 50%%"'
+    assert f.sglang_systemd_env("FLAG", True) == '"FLAG=1"'
+    with pytest.raises(f.AnsibleFilterError, match="not a valid environment variable name"):
+        f.sglang_systemd_env("BAD NAME", "1")
+
+
+@pytest.mark.skipif(not RELEASES.exists(), reason="release map not generated yet (roles/service/vars/sglang_releases.yml)")
+def test_real_release_map_covers_what_the_role_renders():
+    releases = yaml.safe_load(RELEASES.read_text())["_sglang_service_releases"]
+    supplement = yaml.safe_load((ROOT / "roles/service/vars/main.yml").read_text())["_sglang_service_flag_supplement"]
+    for version, flags in releases.items():
+        merged = dict(supplement, **flags)
+        argv = f.sglang_service_args(base(mem_fraction_static=0.8, cuda_graph_max_bs=16, max_running_requests=8,
+                                          context_length=4096, attention_backend="triton", trust_remote_code=True,
+                                          api_key_env="SGLANG_API_KEY", speculative_draft_model_path="/d"), merged)
+        assert "--cuda-graph-max-bs-decode" in argv, version
+
+
+def test_filter_module_exports():
+    names = f.FilterModule().filters()
+    assert set(names) >= {"sglang_service_args", "sglang_service_spec", "sglang_service_problems",
+                          "sglang_service_summary", "sglang_systemd_exec", "sglang_systemd_env"}

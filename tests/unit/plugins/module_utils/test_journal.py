@@ -1,0 +1,137 @@
+"""Journal classification on excerpts shaped like real SGLang 0.5.23 crash logs (messages from
+the release's source, reference notes section 4), with journald's short-iso prefixes."""
+
+import pytest
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import journal
+
+P = "2026-12-02T14:50:01+0000 node1 python[4242]: "
+
+
+def lines(*texts):
+    return [P + t for t in texts]
+
+
+KV_OOM = lines(
+    "[2026-12-02 14:50:01] server_args=ServerArgs(model_path='/models/Qwen3.5-122B-A10B', tp_size=4, ...)",
+    "[2026-12-02 14:50:09 TP0] Load weight begin. avail mem=94.61 GB",
+    "[2026-12-02 14:52:40 TP0] Load weight end. elapsed=151.2 s, type=Qwen3_5MoeForCausalLM, avail mem=33.80 GB, mem usage=60.81 GB.",
+    "[2026-12-02 14:52:41 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/model_executor/pool_configurator.py", line 212, in configure',
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.83",
+    "[2026-12-02 14:52:41] Received sigquit from a child process. It usually means the child failed.",
+)
+
+GRAPH = lines(
+    "[2026-12-02 14:50:09 TP0] Load weight end. elapsed=151.2 s, avail mem=33.80 GB, mem usage=60.81 GB.",
+    "[2026-12-02 14:50:12 TP0] Memory pool end. avail mem=9.91 GB",
+    "[2026-12-02 14:50:13 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=9.80 GB",
+    "[2026-12-02 14:51:02 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 94.97 GiB",
+    "Possible solutions:",
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)",
+    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended. Huge performance loss)",
+    "[2026-12-02 14:51:02] Received sigquit from a child process. It usually means the child failed.",
+)
+
+GRAPH_BARE_OOM = lines(
+    "[2026-12-02 14:50:13 TP1] Capture cuda graph begin. This can take up to several minutes. avail mem=1.80 GB",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 1 has a total capacity of 94.97 GiB",
+)
+
+LOAD_OOM = lines(
+    "[2026-12-02 14:50:09 TP0] Load weight begin. avail mem=20.61 GB",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB.",
+)
+
+AMBIGUOUS = lines(
+    "usage: sglang serve [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH]",
+    "                    [--cuda-graph-max-bs-decode CUDA_GRAPH_MAX_BS_DECODE]",
+    "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill",
+)
+
+UNRECOGNIZED = lines(
+    "usage: sglang serve [-h] --model-path MODEL_PATH",
+    "sglang serve: error: unrecognized arguments: --mamba-scheduler-strategy extra_buffer",
+)
+
+INVALID_CHOICE = lines(
+    "sglang serve: error: argument --kv-cache-dtype: invalid choice: 'fp9' (choose from 'auto', 'fp8_e5m2', 'bf16')",
+)
+
+PORT = lines(
+    "[2026-12-02 14:55:00] The server is fired up and ready to roll!",
+    "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
+)
+
+UNKNOWN = lines(
+    "[2026-12-02 14:50:09 TP0] Load weight begin. avail mem=94.61 GB",
+    "[2026-12-02 14:50:20] Rank 2 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), "
+    "a common cause is the OS OOM killer. Run dmesg -T | grep -i oom",
+)
+
+READY = lines(
+    "[2026-12-02 14:53:00 TP0] Capture cuda graph end. Time elapsed: 41.2 s. mem usage=3.10 GB. avail mem=6.70 GB.",
+    "INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
+    "[2026-12-02 14:53:05] The server is fired up and ready to roll!",
+)
+
+
+@pytest.mark.parametrize("excerpt,expected", [
+    (KV_OOM, "oom_kv_cache"),
+    (GRAPH, "cuda_graph_capture"),
+    (GRAPH_BARE_OOM, "cuda_graph_capture"),
+    (LOAD_OOM, "cuda_oom"),
+    (AMBIGUOUS, "bad_args"),
+    (UNRECOGNIZED, "bad_args"),
+    (INVALID_CHOICE, "bad_args"),
+    (PORT, "port_in_use"),
+    (UNKNOWN, "unknown"),
+    (READY, "unknown"),
+    ([], "unknown"),
+])
+def test_classify(excerpt, expected):
+    cls, line = journal.classify(excerpt)
+    assert cls == expected
+    if expected == "unknown":
+        assert line is None
+    else:
+        assert line in excerpt
+
+
+def test_evidence_line_is_the_cause():
+    assert "Not enough memory" in journal.classify(KV_OOM)[1]
+    assert "ambiguous option" in journal.classify(AMBIGUOUS)[1] or "usage:" in journal.classify(AMBIGUOUS)[1]
+
+
+def test_capture_text_mentioning_mem_fraction_is_not_kv_oom():
+    # The capture failure's advice mentions --mem-fraction-static; that must not read as the KV error.
+    assert journal.classify(GRAPH)[0] == "cuda_graph_capture"
+
+
+def test_oom_after_capture_end_is_not_a_capture_failure():
+    excerpt = READY[:1] + lines("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB.")
+    assert journal.classify(excerpt)[0] == "cuda_oom"
+
+
+@pytest.mark.parametrize("excerpt,fatal", [
+    (KV_OOM, True), (GRAPH, True), (UNKNOWN, True), (AMBIGUOUS, True), (READY, False),
+    (lines("Load weight begin. avail mem=94.61 GB", "Decode batch, #running-req: 1, accept len: 3.2"), False),
+])
+def test_is_fatal(excerpt, fatal):
+    assert journal.is_fatal(excerpt) is fatal
+
+
+def test_saw_ready():
+    assert journal.saw_ready(READY)
+    assert not journal.saw_ready(KV_OOM)
+
+
+def test_tail_and_hint():
+    assert journal.tail(["a", "b", "c"], 2) == ["b", "c"]
+    assert journal.tail(["a"], 5) == ["a"]
+    assert journal.tail(["a"], 0) == []
+    for cls in journal.FAILURE_CLASSES:
+        assert journal.hint(cls)
+    assert journal.hint("nonsense") == journal.hint("unknown")

@@ -1,0 +1,220 @@
+"""The wait loop of sglang_service_wait against a scripted systemd, journal and HTTP server,
+with a fake clock (no real sleeps), plus the module entry point's input checks."""
+
+import json
+
+import pytest
+
+from ansible_collections.blackwell.sglang.plugins.modules import sglang_service_wait as m
+
+PARAMS = {
+    "unit": "sglang-qwen",
+    "base_url": "http://127.0.0.1:30000",
+    "api_key": None,
+    "timeout": 600,
+    "interval": 2.0,
+    "request_timeout": 30.0,
+    "probe_generate": True,
+    "probe_max_new_tokens": 4,
+    "max_restarts": 0,
+    "journal_lines": 5,
+    "fail_on_error": True,
+}
+
+KV_LINES = [
+    "2026-12-02T15:00:00+0000 n python[7]: Load weight end. elapsed=1.0 s, avail mem=33.80 GB",
+    "2026-12-02T15:00:01+0000 n python[7]: RuntimeError: Not enough memory. Please try to increase "
+    "--mem-fraction-static. Current value: mem_fraction_static=0.83",
+    "2026-12-02T15:00:01+0000 n python[7]: Received sigquit from a child process. It usually means the child failed.",
+]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+        self.sleeps = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class FakeNode:
+    """states: list of dicts for successive `systemctl show` calls (the last one repeats).
+    journal: invocation id -> lines, or a list of successive snapshots of lines. health: list of statuses per probe (last repeats)."""
+
+    def __init__(self, states, journal=None, health=(200,), tokens=4, unit_journal=None):
+        self.states = list(states)
+        self.journal = journal or {}
+        self.unit_journal = unit_journal or []
+        self.health = list(health)
+        self.tokens = tokens
+        self.calls = []
+        self.requests = []
+
+    def run(self, argv):
+        self.calls.append(argv)
+        if argv[:2] == ["systemctl", "show"]:
+            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+            props = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "NRestarts": "0",
+                     "ExecMainPID": "7", "ExecMainStatus": "0", "InvocationID": "inv1", "Result": "success"}
+            props.update(state)
+            return 0, "".join("%s=%s\n" % kv for kv in props.items()), ""
+        if argv[0] == "journalctl":
+            if "-u" in argv:
+                return 0, "\n".join(self.unit_journal) + "\n", ""
+            ids = [a.split("=", 1)[1] for a in argv if a.startswith("_SYSTEMD_INVOCATION_ID=")]
+            out = []
+            for inv in ids:
+                got = self.journal.get(inv, [])
+                if got and isinstance(got[0], list):  # successive snapshots, the last one repeats
+                    got = got.pop(0) if len(got) > 1 else got[0]
+                out += got
+            n = int(argv[argv.index("-n") + 1])
+            return 0, "\n".join(out[-n:]) + ("\n" if out else ""), ""
+        raise AssertionError("unexpected command %r" % argv)
+
+    def http(self, method, url, body, headers, timeout):
+        self.requests.append((method, url, body, headers))
+        if url.endswith("/health_generate"):
+            status = self.health.pop(0) if len(self.health) > 1 else self.health[0]
+            return status, "" if status else "connection refused"
+        if url.endswith("/generate"):
+            return 200, json.dumps({"text": " Paris", "meta_info": {"completion_tokens": self.tokens}})
+        raise AssertionError(url)
+
+
+def wait(node, **over):
+    params = dict(PARAMS, **over)
+    clock = Clock()
+    waiter = m.Waiter(params, node.run, node.http, clock=clock, sleep=clock.sleep)
+    return waiter.wait(), clock
+
+
+def test_ready_after_loading():
+    node = FakeNode([{}], health=[None, None, 503, 200])
+    data, clock = wait(node)
+    assert data["ready"] is True
+    assert data["failure_class"] is None
+    assert data["generated_tokens"] == 4
+    assert data["seconds"] == pytest.approx(6.0)
+    assert data["invocation_ids"] == ["inv1"]
+    body = json.loads(node.requests[-1][2])
+    assert body["sampling_params"]["max_new_tokens"] == 4 and body["sampling_params"]["ignore_eos"] is True
+
+
+def test_health_alone_is_not_ready_when_no_tokens_come():
+    # The MTP verify hang: /health_generate says 200 but generate returns nothing useful.
+    node = FakeNode([{}], health=[200], tokens=0)
+    data, _clock = wait(node, timeout=20)
+    assert data["ready"] is False
+    assert data["failure_class"] == "timeout"
+    assert "0 of 4 tokens" in data["msg"]
+
+
+def test_probe_generate_off_trusts_health_generate():
+    node = FakeNode([{}], health=[200], tokens=0)
+    data, _clock = wait(node, probe_generate=False)
+    assert data["ready"] is True
+    assert not [r for r in node.requests if r[1].endswith("/generate")]
+
+
+def test_api_key_is_sent_as_bearer():
+    node = FakeNode([{}])
+    wait(node, api_key="s3cret")
+    assert node.requests[-1][3]["Authorization"] == "Bearer s3cret"
+
+
+def test_fails_fast_on_auto_restart_with_kv_oom():
+    node = FakeNode(
+        [{}, {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "1", "ExecMainStatus": "1",
+              "Result": "exit-code"}],
+        journal={"inv1": [[], KV_LINES]}, health=[None])
+    data, clock = wait(node)
+    assert data["ready"] is False
+    assert data["failure_class"] == "oom_kv_cache"
+    assert "Not enough memory" in data["failure_line"]
+    assert data["journal_tail"] == KV_LINES
+    assert data["nrestarts"] == 1
+    assert data["restarts_during_wait"] == 1
+    assert clock.now - 1000.0 <= 2.0  # one poll interval, not the 600 s timeout
+    assert "failure_class=oom_kv_cache" in data["msg"]
+
+
+def test_fails_fast_on_fatal_journal_line_while_still_active():
+    node = FakeNode([{}], journal={"inv1": KV_LINES}, health=[None])
+    data, clock = wait(node)
+    assert data["failure_class"] == "oom_kv_cache"
+    assert "while the process still runs" in data["msg"]
+    assert clock.sleeps == []
+
+
+def test_nrestarts_growth_between_polls_is_caught():
+    # A crash + restart between two polls: state looks healthy, but the counter grew and the
+    # invocation changed.
+    node = FakeNode([{}, {"NRestarts": "1", "InvocationID": "inv2"}],
+                    journal={"inv1": [KV_LINES[:1], KV_LINES], "inv2": ["2026-12-02T15:00:12+0000 n python[9]: Load weight begin."]},
+                    health=[None])
+    data, _clock = wait(node)
+    assert data["ready"] is False
+    assert data["invocation_ids"] == ["inv1", "inv2"]
+    assert data["failure_class"] == "oom_kv_cache"
+    journal_calls = [c for c in node.calls if c[0] == "journalctl"]
+    assert "_SYSTEMD_INVOCATION_ID=inv2" in journal_calls[-1]
+
+
+def test_max_restarts_tolerates_some():
+    node = FakeNode([{}, {"NRestarts": "1", "InvocationID": "inv2"}, {"NRestarts": "1", "InvocationID": "inv2"}],
+                    health=[None, None, 200])
+    data, _clock = wait(node, max_restarts=1)
+    assert data["ready"] is True
+
+
+def test_failed_unit_with_bad_args():
+    lines = ["x sglang serve: error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, "
+             "--cuda-graph-max-bs-prefill"]
+    node = FakeNode([{"ActiveState": "failed", "SubState": "failed", "ExecMainStatus": "2", "Result": "exit-code"}],
+                    journal={"inv1": lines})
+    data, _clock = wait(node, fail_on_error=False)
+    assert data["failure_class"] == "bad_args"
+    assert data["exec_main_status"] == 2
+    assert node.requests == []  # never probed a dead server
+
+
+def test_timeout_class_and_no_busy_loop():
+    node = FakeNode([{}], health=[503])
+    data, clock = wait(node, timeout=30)
+    assert data["failure_class"] == "timeout"
+    assert clock.now - 1000.0 == pytest.approx(30.0)
+    assert all(s <= 2.0 for s in clock.sleeps) and len(clock.sleeps) == 15
+
+
+def test_unit_not_found():
+    node = FakeNode([{"LoadState": "not-found", "ActiveState": "inactive", "InvocationID": ""}])
+    data, _clock = wait(node)
+    assert data["ready"] is False
+    assert "not installed" in data["msg"]
+    assert data["invocation_ids"] == []
+
+
+def test_journal_falls_back_to_unit_tail_without_invocation_lines():
+    node = FakeNode([{"ActiveState": "failed", "SubState": "failed"}], journal={},
+                    unit_journal=["y [Errno 98] error while attempting to bind on address: address already in use"])
+    data, _clock = wait(node)
+    assert data["failure_class"] == "port_in_use"
+
+
+def test_journal_argv_ors_service_output_and_systemd_messages():
+    argv = m.journal_argv(["a", "b"], 50)
+    assert argv[-7:] == ["_SYSTEMD_INVOCATION_ID=a", "+", "INVOCATION_ID=a", "+",
+                         "_SYSTEMD_INVOCATION_ID=b", "+", "INVOCATION_ID=b"]
+    assert argv[argv.index("-n") + 1] == "50"
+
+
+def test_unit_name_and_parse_show():
+    assert m.unit_name("sglang-qwen") == "sglang-qwen.service"
+    assert m.unit_name("sglang-qwen.service") == "sglang-qwen.service"
+    assert m.parse_show("A=1\nB=x=y\n\n") == {"A": "1", "B": "x=y"}
