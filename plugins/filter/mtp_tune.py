@@ -25,6 +25,8 @@ __metaclass__ = type
 
 import math
 
+from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import level_metrics
+
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # pragma: no cover - ansible is always present where filters run
@@ -166,47 +168,9 @@ def mtp_tune_levels(levels, objective="latency", level=None):
 
 # --------------------------------------------------------------------------- metrics
 
-def _get(level, *path):
-    node = level
-    for part in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return _num(node)
-
-
-def _ci(level, figure):
-    """``(low, high)`` of a figure over the benchmark's repeats (sglang_bench ``ci``), else None."""
-    node = (level.get("ci") or {}).get(figure) if isinstance(level, dict) else None
-    if not isinstance(node, dict):
-        return None
-    lo, hi = _num(node.get("low")), _num(node.get("high"))
-    if lo is None or hi is None:
-        return None
-    return (min(lo, hi), max(lo, hi))
-
-
 def mtp_tune_level_metrics(level):
     """Flatten one ``sglang_bench`` level into the figures the tuner reasons about (None where absent)."""
-    level = level if isinstance(level, dict) else {}
-    return {
-        "output_throughput": _get(level, "output_throughput"),
-        "output_throughput_ci": _ci(level, "output_throughput"),
-        "request_throughput": _get(level, "request_throughput"),
-        "decode_tps_mean": _get(level, "decode_tps_per_request", "mean"),
-        "decode_tps_p50": _get(level, "decode_tps_per_request", "p50"),
-        "decode_tps_ci": _ci(level, "decode_tps_per_request_mean"),
-        "decode_tps_p50_ci": _ci(level, "decode_tps_per_request_p50"),
-        "ttft_p50_ms": _get(level, "ttft_ms", "p50"),
-        "ttft_p99_ms": _get(level, "ttft_ms", "p99"),
-        "itl_p50_ms": _get(level, "itl_ms", "p50"),
-        "tpot_mean_ms": _get(level, "tpot_ms", "mean"),
-        "e2e_p99_ms": _get(level, "e2e_latency_ms", "p99"),
-        "accept_length": _get(level, "accept_length"),
-        "completed": _get(level, "completed"),
-        "failed": _get(level, "failed"),
-        "client_limited": bool(level.get("client_limited")),
-    }
+    return level_metrics(level)
 
 
 def _level(attempt, c):

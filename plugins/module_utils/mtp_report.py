@@ -1,0 +1,517 @@
+# -*- coding: utf-8 -*-
+# Copyright: blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Results of an MTP tuning run: load, render (JSON, CSV, Markdown, PNG) and write atomically.
+
+Pure functions except for the small file helpers at the end; used by the controller-side action
+plugin ``mtp_tune_report`` and by the ``mtp_tune`` filters (metric extraction).  Stdlib only,
+Python >= 3.9; matplotlib is optional and only for the PNG.
+
+results.json layout (``schema`` 1)::
+
+    {"schema": 1, "host": ..., "run": ..., "settings": {...}, "started": iso, "updated": iso,
+     "attempts": [{"key", "candidate", "overrides", "fit_rung", "status", "failure_class",
+                   "failure_line", "journal_tail", "metrics": {"1": {sglang_bench level}, ...},
+                   "timings": {"started", "launch_s", "bench_s", "wall_s"}, "resumed"?}],
+     "winner": {"key", "candidate", "overrides", "score", "decided_by", "tied"} | null,
+     "stats": {"launches", "launches_total", "wall_s"}, "converge": {...} | null}
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+import time
+
+SCHEMA = 1
+RESULTS_JSON = "results.json"
+RESULTS_CSV = "results.csv"
+SUMMARY_MD = "summary.md"
+PLOT_PNG = "plot.png"
+
+
+class ReportError(Exception):
+    """A results file that cannot be used as it is (corrupt, wrong shape, unwritable place)."""
+
+
+# ---------------------------------------------------------------------------- metrics
+
+def _num(value):
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(out):
+        return None
+    return out
+
+
+def _get(level, *path):
+    node = level
+    for part in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return _num(node)
+
+
+def _ci(level, figure):
+    node = (level.get("ci") or {}).get(figure) if isinstance(level, dict) else None
+    if not isinstance(node, dict):
+        return None
+    lo, hi = _num(node.get("low")), _num(node.get("high"))
+    if lo is None or hi is None:
+        return None
+    return (min(lo, hi), max(lo, hi))
+
+
+def level_metrics(level):
+    """Flatten one ``sglang_bench`` level into the figures the tuner and the report use."""
+    level = level if isinstance(level, dict) else {}
+    return {
+        "output_throughput": _get(level, "output_throughput"),
+        "output_throughput_ci": _ci(level, "output_throughput"),
+        "request_throughput": _get(level, "request_throughput"),
+        "decode_tps_mean": _get(level, "decode_tps_per_request", "mean"),
+        "decode_tps_p50": _get(level, "decode_tps_per_request", "p50"),
+        "decode_tps_ci": _ci(level, "decode_tps_per_request_mean"),
+        "decode_tps_p50_ci": _ci(level, "decode_tps_per_request_p50"),
+        "ttft_p50_ms": _get(level, "ttft_ms", "p50"),
+        "ttft_p99_ms": _get(level, "ttft_ms", "p99"),
+        "itl_p50_ms": _get(level, "itl_ms", "p50"),
+        "tpot_mean_ms": _get(level, "tpot_ms", "mean"),
+        "e2e_p99_ms": _get(level, "e2e_latency_ms", "p99"),
+        "accept_length": _get(level, "accept_length"),
+        "completed": _get(level, "completed"),
+        "failed": _get(level, "failed"),
+        "client_limited": bool(level.get("client_limited")),
+    }
+
+
+def attempt_key(att):
+    cand = att.get("candidate") or {}
+    return att.get("key") or "s%s-k%s-d%s" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
+
+
+def levels_of(doc):
+    """Concurrency levels in the document: the run's list, plus any measured level."""
+    out = set()
+    for c in (doc.get("settings") or {}).get("concurrency") or []:
+        try:
+            out.add(int(c))
+        except (TypeError, ValueError):
+            pass
+    for att in doc.get("attempts") or []:
+        for c in (att.get("metrics") or {}):
+            if str(c).isdigit():
+                out.add(int(c))
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------------- validation
+
+def validate(doc, source="results.json"):
+    """Raise ReportError unless ``doc`` has the shape this tool writes."""
+    if not isinstance(doc, dict):
+        raise ReportError("%s is not a JSON object" % source)
+    if doc.get("schema") != SCHEMA:
+        raise ReportError("%s has schema %r, this tool writes schema %d" % (source, doc.get("schema"), SCHEMA))
+    atts = doc.get("attempts")
+    if not isinstance(atts, list):
+        raise ReportError("%s has no 'attempts' list" % source)
+    for i, att in enumerate(atts):
+        if not isinstance(att, dict) or not isinstance(att.get("candidate"), dict):
+            raise ReportError("%s attempt %d has no candidate" % (source, i + 1))
+        cand = att["candidate"]
+        for key in ("steps", "topk", "draft_tokens"):
+            if not isinstance(cand.get(key), int) or isinstance(cand.get(key), bool):
+                raise ReportError("%s attempt %d: candidate %s is not an integer" % (source, i + 1, key))
+        if att.get("status") not in ("ok", "failed", "skipped"):
+            raise ReportError("%s attempt %d has status %r" % (source, i + 1, att.get("status")))
+        if att["status"] == "ok" and not isinstance(att.get("metrics"), dict):
+            raise ReportError("%s attempt %d is ok but has no metrics" % (source, i + 1))
+    return doc
+
+
+def parse(text, source="results.json"):
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ReportError("%s is not valid JSON (%s)" % (source, exc))
+    return validate(doc, source)
+
+
+# ---------------------------------------------------------------------------- rendering
+
+def _clean(node):
+    """JSON has no NaN/Infinity: such figures become null instead of an unreadable file."""
+    if isinstance(node, float) and (math.isnan(node) or math.isinf(node)):
+        return None
+    if isinstance(node, dict):
+        return dict((str(k), _clean(v)) for k, v in node.items())
+    if isinstance(node, (list, tuple)):
+        return [_clean(v) for v in node]
+    return node
+
+
+def render_json(doc):
+    return json.dumps(_clean(doc), indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
+
+
+CSV_FIELDS = (
+    "attempt", "key", "steps", "topk", "draft_tokens", "cuda_graph_max_bs", "max_running_requests",
+    "status", "failure_class", "resumed", "concurrency", "output_throughput", "output_throughput_ci_low",
+    "output_throughput_ci_high", "decode_tps_mean", "decode_tps_ci_low", "decode_tps_ci_high", "decode_tps_p50",
+    "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "tpot_mean_ms", "e2e_p99_ms", "accept_length", "completed",
+    "failed", "client_limited", "launch_s", "bench_s", "started",
+)
+
+
+def _fmt(value):
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "%.6g" % value
+    return str(value)
+
+
+def csv_rows(doc):
+    """One row per attempt and measured level; a failed attempt is one row without figures."""
+    rows = []
+    for i, att in enumerate(doc.get("attempts") or [], 1):
+        cand = att.get("candidate") or {}
+        ov = att.get("overrides") or {}
+        tm = att.get("timings") or {}
+        base = {
+            "attempt": i, "key": attempt_key(att), "steps": cand.get("steps"), "topk": cand.get("topk"),
+            "draft_tokens": cand.get("draft_tokens"), "cuda_graph_max_bs": ov.get("cuda_graph_max_bs"),
+            "max_running_requests": ov.get("max_running_requests"), "status": att.get("status"),
+            "failure_class": att.get("failure_class"), "resumed": bool(att.get("resumed")),
+            "launch_s": tm.get("launch_s"), "bench_s": tm.get("bench_s"), "started": tm.get("started"),
+        }
+        metrics = att.get("metrics") or {}
+        levels = sorted((c for c in metrics if str(c).isdigit()), key=int)
+        if not levels:
+            rows.append(base)
+            continue
+        for c in levels:
+            m = level_metrics(metrics[c])
+            row = dict(base)
+            row.update(concurrency=int(c))
+            for k in ("output_throughput", "decode_tps_mean", "decode_tps_p50", "ttft_p50_ms", "ttft_p99_ms",
+                      "itl_p50_ms", "tpot_mean_ms", "e2e_p99_ms", "accept_length", "completed", "failed",
+                      "client_limited"):
+                row[k] = m[k]
+            for k, ci in (("output_throughput", m["output_throughput_ci"]), ("decode_tps", m["decode_tps_ci"])):
+                if ci:
+                    row[k + "_ci_low"], row[k + "_ci_high"] = ci
+            rows.append(row)
+    return rows
+
+
+def render_csv(doc):
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in csv_rows(doc):
+        writer.writerow(dict((k, _fmt(row.get(k))) for k in CSV_FIELDS))
+    return buf.getvalue()
+
+
+def _label(att):
+    cand = att.get("candidate") or {}
+    text = "%s (%s)" % (cand.get("steps"), cand.get("draft_tokens"))
+    if cand.get("topk", 1) != 1:
+        text = "%s topk %s (%s)" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
+    ov = att.get("overrides") or {}
+    parts = []
+    if ov.get("cuda_graph_max_bs") is not None:
+        parts.append("graph bs %s" % ov["cuda_graph_max_bs"])
+    if ov.get("max_running_requests") is not None:
+        parts.append("max req %s" % ov["max_running_requests"])
+    if parts:
+        text += " [%s]" % ", ".join(parts)
+    return text
+
+
+def _cell(level):
+    m = level_metrics(level)
+    if m["failed"]:
+        return "%d failed" % int(m["failed"])
+    pr, ag = m["decode_tps_mean"], m["output_throughput"]
+    return "%s / %s" % ("-" if pr is None else "%.0f" % pr, "-" if ag is None else "%.0f" % ag)
+
+
+def _failure_text(att):
+    cls = att.get("failure_class") or "unknown"
+    line = (att.get("failure_line") or "").strip()
+    if len(line) > 90:
+        line = line[:87] + "..."
+    return "failed: %s%s" % (cls, (" (`%s`)" % line.replace("|", "\\|").replace("`", "'")) if line else "")
+
+
+def _duration(seconds):
+    if seconds is None:
+        return "-"
+    seconds = float(seconds)
+    if seconds < 90:
+        return "%.1f s" % seconds
+    return "%d min %02d s" % (seconds // 60, seconds % 60)
+
+
+def render_summary(doc):
+    """The operator's hand-made table: one row per attempt (steps x concurrency), winner marked."""
+    s = doc.get("settings") or {}
+    levels = levels_of(doc)
+    winner = doc.get("winner") or {}
+    stats = doc.get("stats") or {}
+    out = ["# MTP tuning: %s on %s" % (doc.get("run", "-"), doc.get("host", "-")), ""]
+    obj = s.get("objective", "-")
+    judged = {"latency": "per-request decode tok/s at C=%s" % s.get("level"),
+              "throughput": "aggregate output tok/s at C=%s" % s.get("level"),
+              "slo": "best aggregate tok/s with per-request tok/s >= %s and TTFT p99 <= %s ms" % (
+                  s.get("slo_min_tps", "-"), s.get("slo_max_ttft_p99_ms", "-"))}.get(obj, obj)
+    out.append("- Objective: **%s** (%s)" % (obj, judged))
+    out.append("- Strategy: %s (min gain %s, noise band %s); fit-retry: %s" % (
+        s.get("strategy", "-"), s.get("min_gain", "-"), s.get("noise", "-"), "on" if s.get("fit_retry") else "off"))
+    out.append("- Server launches: %s this run, %s in all; wall time %s" % (
+        stats.get("launches", "-"), stats.get("launches_total", "-"), _duration(stats.get("wall_s"))))
+    out.append("- Updated: %s" % doc.get("updated", "-"))
+    if winner.get("key"):
+        sc = winner.get("score") or {}
+        out.append("- **Winner: steps %s** (topk %s, %s draft tokens%s): %.1f at C=%s; %s" % (
+            (winner.get("candidate") or {}).get("steps"), (winner.get("candidate") or {}).get("topk"),
+            (winner.get("candidate") or {}).get("draft_tokens"),
+            "".join(", %s %s" % (k.replace("_", "-"), v) for k, v in sorted((winner.get("overrides") or {}).items())
+                    if v is not None),
+            sc.get("value") or 0.0, sc.get("level"), winner.get("decided_by", "")))
+    else:
+        out.append("- Winner: none yet")
+    conv = doc.get("converge") or {}
+    if conv:
+        out.append("- Converged: %s" % conv.get("summary", conv))
+    out.append("")
+    out.append("Cells: per-request decode tok/s / aggregate output tok/s.")
+    out.append("")
+    out.append("| steps (draft tokens) | " + " | ".join("C=%d" % c for c in levels) + " | launch | bench |")
+    out.append("|---|" + "---|" * len(levels) + "---|---|")
+    win_key = winner.get("key")
+    win_ov = winner.get("overrides") or {}
+    marked = False
+    for att in doc.get("attempts") or []:
+        label = _label(att)
+        is_win = (not marked and attempt_key(att) == win_key and att.get("status") == "ok"
+                  and (att.get("overrides") or {}) == win_ov)
+        if is_win:
+            label = "**%s** (winner)" % label
+            marked = True
+        if att.get("resumed"):
+            label += " (earlier run)"
+        tm = att.get("timings") or {}
+        if att.get("status") == "ok":
+            metrics = att.get("metrics") or {}
+            cells = [_cell(metrics.get(str(c))) if str(c) in metrics else "-" for c in levels]
+        elif att.get("status") == "skipped":
+            cells = ["skipped: %s" % (att.get("reason") or "cannot win")] + [""] * (len(levels) - 1)
+        else:
+            cells = [_failure_text(att)] + [""] * (len(levels) - 1)
+        out.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), _duration(tm.get("launch_s")),
+                                              _duration(tm.get("bench_s"))))
+    comp = doc.get("comparison")
+    if comp:
+        out += ["", "## Strategies compared", "", "| strategy | winner | launches | wall time |", "|---|---|---|---|"]
+        for row in comp:
+            out.append("| %s | %s | %s | %s |" % (row.get("strategy"), row.get("winner"), row.get("launches"),
+                                                 _duration(row.get("wall_s"))))
+    fails = [a for a in doc.get("attempts") or [] if a.get("status") == "failed" and a.get("journal_tail")]
+    if fails:
+        out += ["", "## Failures (journal tail)"]
+        for att in fails:
+            out += ["", "### %s: %s" % (_label(att), att.get("failure_class")), "", "```"]
+            out += [str(x).replace("```", "'''") for x in (att.get("journal_tail") or [])[-12:]]
+            out.append("```")
+    return "\n".join(out) + "\n"
+
+
+def render_png(doc, path):
+    """Plot tok/s vs concurrency (per-request and aggregate), one line per measured attempt.
+
+    Returns None on success, or a warning string when matplotlib is missing or fails: the PNG is
+    a convenience and never fails a run.
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # ImportError, or a broken backend
+        return "PNG plot skipped: matplotlib is not importable on the controller (%s)" % exc
+    try:
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+        win = doc.get("winner") or {}
+        plotted = 0
+        for att in doc.get("attempts") or []:
+            if att.get("status") != "ok":
+                continue
+            metrics = att.get("metrics") or {}
+            cs = sorted((int(c) for c in metrics if str(c).isdigit()))
+            if not cs:
+                continue
+            ms = [level_metrics(metrics[str(c)]) for c in cs]
+            is_win = attempt_key(att) == win.get("key") and (att.get("overrides") or {}) == (win.get("overrides") or {})
+            style = {"linewidth": 3.0 if is_win else 1.3, "marker": "o", "markersize": 4}
+            label = _label(att) + (" (winner)" if is_win else "")
+            axes[0].plot(cs, [m["decode_tps_mean"] for m in ms], label=label, **style)
+            axes[1].plot(cs, [m["output_throughput"] for m in ms], label=label, **style)
+            plotted += 1
+        ticks = levels_of(doc)
+        for ax, title in ((axes[0], "per-request decode tok/s"), (axes[1], "aggregate output tok/s")):
+            ax.set_xscale("log", base=2)
+            if ticks:
+                ax.set_xticks(ticks)
+                ax.set_xticklabels([str(c) for c in ticks])
+                ax.minorticks_off()
+            ax.set_xlabel("concurrency")
+            ax.set_title(title)
+            ax.grid(True, alpha=0.3)
+        if plotted:
+            axes[1].legend(title="steps (draft tokens)", fontsize=8)
+        fig.suptitle("MTP tuning %s on %s: objective %s" % (doc.get("run", ""), doc.get("host", ""),
+                                                             (doc.get("settings") or {}).get("objective", "")))
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        plt.close(fig)
+    except Exception as exc:
+        return "PNG plot skipped: matplotlib failed (%s)" % exc
+    atomic_write(path, buf.getvalue())
+    return None
+
+
+# ---------------------------------------------------------------------------- files
+
+def atomic_write(path, data):
+    """Write via a temporary file in the same directory + fsync + os.replace, so a reader (or a
+    run killed mid-write) sees the old file or the new one, never half of one."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:  # some filesystems refuse fsync on a directory; the rename is still atomic
+        pass
+
+
+def stamp(now=None):
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now if now is not None else time.time()))
+
+
+def set_aside(path, tag, now=None):
+    """Rename ``path`` to ``path.<tag>-<UTC stamp>`` (never overwriting) and return the new name."""
+    base = "%s.%s-%s" % (path, tag, stamp(now))
+    target, n = base, 1
+    while os.path.exists(target):
+        n += 1
+        target = "%s.%d" % (base, n)
+    os.rename(path, target)
+    return target
+
+
+def ensure_dir(directory):
+    """Create the results directory and prove it is writable (before the first restart)."""
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ReportError("results directory %s is not writable on the controller (%s); set "
+                          "mtp_tune_results_dir to a writable path" % (directory, exc.strerror or exc))
+
+
+def load(directory, force=False, fresh=False, now=None):
+    """Load ``directory/results.json`` for a resume.
+
+    Returns ``{"doc": dict|None, "set_aside": path|None, "message": str}``:
+    - no file: doc None;
+    - ``force``: the old file is set aside as ``results.json.prev-<ts>`` (kept) and doc is None;
+    - corrupt file: it is set aside as ``results.json.corrupt-<ts>``; with ``fresh`` doc is None,
+      otherwise ReportError says what happened and how to go on.
+    """
+    ensure_dir(directory)
+    path = os.path.join(directory, RESULTS_JSON)
+    if not os.path.exists(path):
+        return {"doc": None, "set_aside": None, "message": "no earlier results in %s" % directory}
+    if force:
+        moved = set_aside(path, "prev", now)
+        return {"doc": None, "set_aside": moved,
+                "message": "mtp_tune_force: earlier results kept as %s, measuring every candidate again" % moved}
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8")
+        doc = parse(text, path)
+    except (ReportError, UnicodeDecodeError) as exc:
+        moved = set_aside(path, "corrupt", now)
+        if fresh:
+            return {"doc": None, "set_aside": moved,
+                    "message": "earlier results were unusable (%s); kept as %s, starting afresh" % (exc, moved)}
+        raise ReportError("%s; it was kept aside as %s (nothing deleted). Inspect or repair it and move it "
+                          "back to resume, or re-run with mtp_tune_fresh=true to start a new run" % (exc, moved))
+    except (IOError, OSError) as exc:
+        raise ReportError("cannot read %s: %s" % (path, exc))
+    return {"doc": doc, "set_aside": None,
+            "message": "resuming: %d earlier attempts in %s" % (len(doc.get("attempts") or []), path)}
+
+
+def write(directory, doc, plot=True, now=None):
+    """Write results.json (first: it is the source of truth), results.csv, summary.md, plot.png.
+
+    Returns ``{"files": [...], "warnings": [...]}``.
+    """
+    validate(doc, "results to write")
+    ensure_dir(directory)
+    doc = dict(doc)
+    doc["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now if now is not None else time.time()))
+    files, warnings = [], []
+    for name, text in ((RESULTS_JSON, render_json(doc)), (RESULTS_CSV, render_csv(doc)),
+                       (SUMMARY_MD, render_summary(doc))):
+        path = os.path.join(directory, name)
+        atomic_write(path, text)
+        files.append(path)
+    if plot:
+        png = os.path.join(directory, PLOT_PNG)
+        if any(a.get("status") == "ok" for a in doc.get("attempts") or []):
+            warn = render_png(doc, png)
+            if warn:
+                warnings.append(warn)
+            else:
+                files.append(png)
+    return {"files": files, "warnings": warnings, "doc": doc}

@@ -1,0 +1,281 @@
+# -*- coding: utf-8 -*-
+"""Tests of the tuning report: module_utils/mtp_report.py (rendering, atomic writes, corrupt-file
+handling) and the controller-side action plugin mtp_tune_report (through ansible-playbook)."""
+
+import builtins
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import mtp_report as R
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+
+
+def level(c, pr, ag, failed=0):
+    return {"concurrency": c, "output_throughput": ag, "request_throughput": ag / 1024.0,
+            "decode_tps_per_request": {"mean": pr, "p50": pr}, "ttft_ms": {"p50": 50.0, "p99": 90.0 * c},
+            "tpot_ms": {"mean": 1000.0 / pr}, "itl_ms": {"p50": 1000.0 / pr / 4},
+            "e2e_latency_ms": {"p99": 4000.0}, "accept_length": 3.9, "completed": 5 * c, "failed": failed,
+            "ci": None}
+
+
+def attempt(steps, figures=None, status="ok", overrides=None, failure_class=None, **extra):
+    cand = {"steps": steps, "topk": 1, "draft_tokens": steps + 1, "key": "s%d-k1-d%d" % (steps, steps + 1)}
+    att = {"key": cand["key"], "candidate": cand, "overrides": overrides or {}, "fit_rung": None,
+           "status": status, "timings": {"launch_s": 12.5, "bench_s": 100.0, "started": "2026-12-02T15:00:00Z"}}
+    if status == "ok":
+        att["metrics"] = dict((str(c), level(c, pr, ag)) for c, (pr, ag) in figures.items())
+    else:
+        att.update(failure_class=failure_class, failure_line="RuntimeError: Not enough memory. Please try...",
+                   journal_tail=["Load weight end.", "RuntimeError: Not enough memory. Please try..."])
+    att.update(extra)
+    return att
+
+
+def doc():
+    return {
+        "schema": 1, "host": "node1", "run": "default",
+        "settings": {"objective": "latency", "level": 1, "strategy": "sweep", "concurrency": [1, 32],
+                     "min_gain": 0.03, "noise": 0.02, "fit_retry": True},
+        "attempts": [
+            attempt(3, {1: (234.0, 230.0), 32: (60.0, 1979.0)}),
+            attempt(4, {1: (277.0, 270.0), 32: (52.0, 1750.0)}),
+            attempt(10, status="failed", failure_class="oom_kv_cache"),
+            attempt(10, {1: (240.0, 235.0), 32: (30.0, 900.0)}, overrides={"cuda_graph_max_bs": 64,
+                                                                            "max_running_requests": None},
+                    fit_rung=2),
+        ],
+        "winner": {"key": "s4-k1-d5", "candidate": {"steps": 4, "topk": 1, "draft_tokens": 5}, "overrides": {},
+                   "score": {"value": 277.0, "level": 1}, "decided_by": "beats the runner-up beyond noise"},
+        "stats": {"launches": 4, "launches_total": 4, "wall_s": 754.0},
+        "comparison": [{"strategy": "sweep", "winner": "s4-k1-d5", "launches": 9, "wall_s": 1800.0},
+                       {"strategy": "adaptive", "winner": "s4-k1-d5", "launches": 3, "wall_s": 600.0}],
+    }
+
+
+# ---------------------------------------------------------------------------- rendering
+
+def test_csv_one_row_per_attempt_and_level_failed_row_without_figures():
+    rows = list(csv.DictReader(io.StringIO(R.render_csv(doc()))))
+    assert len(rows) == 2 + 2 + 1 + 2
+    assert rows[0]["key"] == "s3-k1-d4" and rows[0]["concurrency"] == "1" and rows[0]["decode_tps_mean"] == "234"
+    assert rows[1]["output_throughput"] == "1979"
+    fail = rows[4]
+    assert fail["status"] == "failed" and fail["failure_class"] == "oom_kv_cache" and fail["concurrency"] == ""
+    assert rows[5]["cuda_graph_max_bs"] == "64" and rows[5]["status"] == "ok"
+    assert list(rows[0].keys()) == list(R.CSV_FIELDS)
+
+
+def test_csv_carries_confidence_intervals():
+    d = doc()
+    d["attempts"][0]["metrics"]["1"]["ci"] = {"decode_tps_per_request_mean": {"low": 230.0, "high": 238.0},
+                                              "output_throughput": {"low": 225.0, "high": 235.0}}
+    row = list(csv.DictReader(io.StringIO(R.render_csv(d))))[0]
+    assert (row["decode_tps_ci_low"], row["decode_tps_ci_high"]) == ("230", "238")
+    assert (row["output_throughput_ci_low"], row["output_throughput_ci_high"]) == ("225", "235")
+
+
+def test_summary_is_the_operators_table_with_the_winner_marked():
+    md = R.render_summary(doc())
+    assert "| steps (draft tokens) | C=1 | C=32 | launch | bench |" in md
+    assert "| **4 (5)** (winner) | 277 / 270 | 52 / 1750 |" in md
+    assert "| 3 (4) | 234 / 230 | 60 / 1979 |" in md
+    assert "| 10 (11) | failed: oom_kv_cache (`RuntimeError: Not enough memory. Please try...`) |" in md
+    assert "| 10 (11) [graph bs 64] | 240 / 235 | 30 / 900 |" in md
+    assert "**Winner: steps 4**" in md and "beats the runner-up beyond noise" in md
+    assert "Server launches: 4 this run, 4 in all; wall time 12 min 34 s" in md
+    assert "| adaptive | s4-k1-d5 | 3 | 10 min 00 s |" in md
+    assert "## Failures (journal tail)" in md and "Load weight end." in md
+    assert md.count("(winner)") == 1
+
+
+def test_summary_without_winner_and_with_failed_requests():
+    d = doc()
+    d["winner"] = None
+    d["attempts"][0]["metrics"]["32"]["failed"] = 3
+    md = R.render_summary(d)
+    assert "Winner: none yet" in md and "| 3 (4) | 234 / 230 | 3 failed |" in md
+
+
+def test_json_is_stable_and_nan_becomes_null():
+    d = doc()
+    d["attempts"][0]["metrics"]["1"]["output_throughput"] = float("nan")
+    text = R.render_json(d)
+    back = json.loads(text)
+    assert back["attempts"][0]["metrics"]["1"]["output_throughput"] is None
+    assert text == R.render_json(d)
+
+
+@pytest.mark.parametrize("mutate,msg", [
+    (lambda d: d.pop("attempts"), "no 'attempts' list"),
+    (lambda d: d.update(schema=7), "schema 7"),
+    (lambda d: d["attempts"][0]["candidate"].update(steps="3"), "steps is not an integer"),
+    (lambda d: d["attempts"][0].update(status="meh"), "status 'meh'"),
+    (lambda d: d["attempts"][0].pop("metrics"), "no metrics"),
+])
+def test_validate_names_what_is_wrong(mutate, msg):
+    d = doc()
+    mutate(d)
+    with pytest.raises(R.ReportError, match=msg):
+        R.validate(d)
+    with pytest.raises(R.ReportError, match="not valid JSON"):
+        R.parse("{half")
+
+
+# ---------------------------------------------------------------------------- files
+
+def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
+    p = tmp_path / "results.json"
+    R.atomic_write(str(p), "one")
+    R.atomic_write(str(p), "two")
+    assert p.read_text() == "two"
+    assert sorted(os.listdir(str(tmp_path))) == ["results.json"]
+
+
+def test_atomic_write_failure_keeps_the_old_file(tmp_path, monkeypatch):
+    p = tmp_path / "results.json"
+    p.write_text("old complete file")
+
+    def boom(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(R.os, "replace", boom)
+    with pytest.raises(OSError):
+        R.atomic_write(str(p), "new")
+    assert p.read_text() == "old complete file"
+    assert sorted(os.listdir(str(tmp_path))) == ["results.json"]
+
+
+def test_load_nothing_then_resume(tmp_path):
+    d = str(tmp_path / "run" / "node1")
+    assert R.load(d)["doc"] is None  # creates the directory
+    out = R.write(d, doc(), plot=False)
+    assert [os.path.basename(f) for f in out["files"]] == ["results.json", "results.csv", "summary.md"]
+    loaded = R.load(d)
+    assert len(loaded["doc"]["attempts"]) == 4 and "resuming: 4 earlier attempts" in loaded["message"]
+    assert loaded["doc"]["updated"]
+
+
+def test_load_corrupt_file_is_kept_aside_and_fails_clearly(tmp_path):
+    d = tmp_path / "node1"
+    d.mkdir()
+    (d / "results.json").write_text('{"schema": 1, "attempts": [')
+    with pytest.raises(R.ReportError) as err:
+        R.load(str(d), now=1764687600)
+    msg = str(err.value)
+    assert "not valid JSON" in msg and "results.json.corrupt-20251202T150000Z" in msg and "mtp_tune_fresh" in msg
+    assert not (d / "results.json").exists()
+    assert (d / "results.json.corrupt-20251202T150000Z").read_text() == '{"schema": 1, "attempts": ['
+    # a second corrupt file in the same second does not overwrite the first one kept aside
+    (d / "results.json").write_text("garbage")
+    with pytest.raises(R.ReportError):
+        R.load(str(d), now=1764687600)
+    assert (d / "results.json.corrupt-20251202T150000Z.2").read_text() == "garbage"
+
+
+def test_load_corrupt_with_fresh_and_force_keep_the_old_file(tmp_path):
+    d = tmp_path / "node1"
+    d.mkdir()
+    (d / "results.json").write_text("[]")
+    out = R.load(str(d), fresh=True)
+    assert out["doc"] is None and ".corrupt-" in out["set_aside"] and os.path.exists(out["set_aside"])
+    R.write(str(d), doc(), plot=False)
+    out = R.load(str(d), force=True)
+    assert out["doc"] is None and ".prev-" in out["set_aside"]
+    assert json.loads(open(out["set_aside"]).read())["host"] == "node1"
+
+
+def test_unwritable_results_dir_fails_clearly(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(R.ReportError, match="not writable on the controller.*mtp_tune_results_dir"):
+        R.load(str(blocker / "sub"))
+
+
+def test_png_plot_when_matplotlib_is_there(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is optional on the controller; the PNG needs it")
+    out = R.write(str(tmp_path), doc())
+    png = tmp_path / "plot.png"
+    assert str(png) in out["files"] and out["warnings"] == []
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10000
+
+
+def test_png_skipped_with_warning_without_matplotlib(tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_mpl(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    out = R.write(str(tmp_path), doc())
+    assert not (tmp_path / "plot.png").exists()
+    assert len(out["warnings"]) == 1 and "matplotlib is not importable" in out["warnings"][0]
+    assert (tmp_path / "summary.md").exists()
+
+
+# ---------------------------------------------------------------------------- action plugin
+
+def _play(tmp_path, tasks):
+    pb = tmp_path / "pb.yml"
+    pb.write_text(textwrap.dedent("""\
+        - hosts: localhost
+          gather_facts: false
+          tasks:
+        """) + textwrap.indent(textwrap.dedent(tasks), "    "))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".cache", "collections"),
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+               ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="default")
+    ap = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+    return subprocess.run([ap, "-i", "localhost,", "-c", "local", str(pb)], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_action_plugin_load_write_and_corrupt(tmp_path):
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps(doc()))
+    out_dir = tmp_path / "res" / "node1"
+    res = _play(tmp_path, """\
+        - name: Load (nothing yet)
+          blackwell.sglang.mtp_tune_report:
+            path: %s
+            op: load
+          register: loaded
+        - name: Nothing to resume
+          ansible.builtin.assert:
+            that: loaded.results is none
+        - name: Write
+          blackwell.sglang.mtp_tune_report:
+            path: %s
+            results: "{{ lookup('ansible.builtin.file', '%s') | from_json }}"
+            plot: false
+        - name: Load again
+          blackwell.sglang.mtp_tune_report:
+            path: %s
+            op: load
+          register: again
+        - name: Resumed
+          ansible.builtin.assert:
+            that: again.results.attempts | length == 4
+        """ % (out_dir, out_dir, data, out_dir))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (out_dir / "summary.md").exists() and (out_dir / "results.csv").exists()
+    (out_dir / "results.json").write_text("not json")
+    res = _play(tmp_path, """\
+        - name: Load a corrupt file
+          blackwell.sglang.mtp_tune_report:
+            path: %s
+            op: load
+        """ % out_dir)
+    assert res.returncode != 0
+    assert "not valid JSON" in res.stdout and "results.json.corrupt-" in res.stdout
+    assert "Traceback" not in res.stdout + res.stderr
+    assert any(n.startswith("results.json.corrupt-") for n in os.listdir(str(out_dir)))
