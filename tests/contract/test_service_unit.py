@@ -1,0 +1,122 @@
+"""The service role's unit, rendered for a matrix of settings, must be accepted by the SGLang
+release it targets: the ExecStart line is split the way systemd splits it and parsed with that
+release's own argument definitions (sglang_release.parse_cmdline). A flag the release does not
+know, an ambiguous prefix, a bad choice or a mangled value fails here instead of crash-looping
+a node.
+"""
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+import sglang_release
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE = ROOT / "roles" / "service"
+COLLECTIONS = ROOT / ".cache" / "collections"
+
+
+@pytest.fixture(scope="module")
+def render():
+    """render(**overrides) -> unit text, through Ansible's own templating and our filters."""
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader([str(COLLECTIONS)])
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    loader = DataLoader()
+    base = {}
+    for name in ("defaults/main.yml", "vars/main.yml", "vars/sglang_releases.yml"):
+        base.update(loader.load_from_file(str(ROLE / name), trusted_as_template=True))
+    base["ansible_managed"] = "Ansible managed"
+    source = trust_as_template((ROLE / "templates" / "sglang.service.j2").read_text())
+
+    def _render(**overrides):
+        variables = dict(base)
+        variables.update(overrides)
+        return Templar(loader=loader, variables=variables).template(source)
+
+    return _render
+
+
+def exec_argv(unit_text):
+    """ExecStart words as systemd would pass them, minus `python -m <module>`."""
+    lines = [line for line in unit_text.splitlines() if line.startswith("ExecStart=")]
+    assert len(lines) == 1, unit_text
+    words = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(lines[0][len("ExecStart="):])]
+    assert words[1:3] == ["-m", "sglang.launch_server"], words[:3]
+    # systemd substitutes ${SGLANG_API_KEY} from the EnvironmentFile before exec.
+    return ["test-key" if w == "${SGLANG_API_KEY}" else w for w in words[3:]]
+
+
+MATRIX = [
+    pytest.param({}, id="defaults"),
+    pytest.param({"sglang_service_speculative_num_steps": 4}, id="mtp-steps4"),
+    pytest.param({"sglang_service_speculative_num_steps": 10, "sglang_service_cuda_graph_max_bs": 512},
+                 id="mtp-steps10-bs512"),
+    pytest.param({"sglang_service_speculative_algorithm": "EAGLE", "sglang_service_speculative_num_steps": 5,
+                  "sglang_service_speculative_eagle_topk": 4, "sglang_service_speculative_num_draft_tokens": 8,
+                  "sglang_service_speculative_draft_model_path": "/models/draft"}, id="eagle-topk4"),
+    pytest.param({"sglang_service_speculative_algorithm": "", "sglang_service_tp": 1}, id="no-spec"),
+    pytest.param({"sglang_service_mem_fraction_static": 0.85, "sglang_service_max_running_requests": 32,
+                  "sglang_service_context_length": "32k", "sglang_service_attention_backend": "flashinfer",
+                  "sglang_service_kv_cache_dtype": "fp8_e4m3", "sglang_service_trust_remote_code": True,
+                  "sglang_service_host": "0.0.0.0", "sglang_service_port": 31000,
+                  "sglang_service_served_model_name": "qwen 3.5 (prod)",
+                  "sglang_service_api_key": "k"}, id="everything"),
+    pytest.param({"sglang_service_extra_args": ["--mamba-ssm-dtype", "bfloat16", "--reasoning-parser", "qwen3"]},
+                 id="extra-args"),
+]
+
+
+@pytest.mark.parametrize("version", sglang_release.SUPPORTED)
+@pytest.mark.parametrize("overrides", MATRIX)
+def test_rendered_unit_parses_with_release(render, sglang_parse, version, overrides):
+    text = render(sglang_service_release=version, **overrides)
+    argv = exec_argv(text)
+    try:
+        ns = sglang_parse(argv, version=version)
+    except sglang_release.ArgvRejected as exc:
+        pytest.fail("sglang %s rejects the rendered ExecStart %r: %s" % (version, argv, exc))
+    # The values SGLang will see are the ones the variables asked for.
+    settings = {"steps": 3, "topk": 1, "algo": "NEXTN", "tp": 4, "port": 30000}
+    settings.update({
+        "steps": overrides.get("sglang_service_speculative_num_steps", 3),
+        "topk": overrides.get("sglang_service_speculative_eagle_topk", 1),
+        "algo": overrides.get("sglang_service_speculative_algorithm", "NEXTN"),
+        "tp": overrides.get("sglang_service_tp", 4),
+        "port": overrides.get("sglang_service_port", 30000),
+    })
+    assert ns.tp_size == settings["tp"]
+    assert ns.port == settings["port"]
+    if settings["algo"]:
+        assert ns.speculative_algorithm == settings["algo"]
+        assert ns.speculative_num_steps == settings["steps"]
+        assert ns.speculative_eagle_topk == settings["topk"]
+        expected_draft = overrides.get("sglang_service_speculative_num_draft_tokens", settings["steps"] + 1)
+        assert ns.speculative_num_draft_tokens == expected_draft
+    else:
+        assert ns.speculative_algorithm is None
+    if "sglang_service_cuda_graph_max_bs" in overrides:
+        assert ns.cuda_graph_max_bs_decode == overrides["sglang_service_cuda_graph_max_bs"]
+    if "sglang_service_mem_fraction_static" in overrides:
+        assert ns.mem_fraction_static == pytest.approx(overrides["sglang_service_mem_fraction_static"])
+        assert ns.served_model_name == "qwen 3.5 (prod)"
+        assert ns.api_key == "test-key"
+        assert ns.trust_remote_code is True
+        assert ns.kv_cache_dtype == "fp8_e4m3"
+
+
+def test_api_key_is_never_in_the_unit(render):
+    text = render(sglang_service_api_key="super-secret-value")
+    assert "super-secret-value" not in text
+    assert "EnvironmentFile=/etc/sglang/qwen.env" in text
+    assert "--api-key ${SGLANG_API_KEY}" in text
+
+
+def test_old_cuda_graph_flag_is_rejected_by_pinned_release(sglang_parse):
+    """Guards the premise: the pre-0.5.23 spelling really is refused, so rendering it would crash-loop."""
+    with pytest.raises(sglang_release.ArgvRejected):
+        sglang_parse(["--model-path", "m", "--cuda-graph-max-bs", "8"], version=sglang_release.PINNED)
