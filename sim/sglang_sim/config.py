@@ -1,0 +1,250 @@
+"""Simulator settings (env vars + JSON config file), GPU profiles and the model catalog.
+
+Sim-only knobs are environment variables (SGLANG_SIM_*) or keys of a JSON file
+(SGLANG_SIM_CONFIG, default /etc/sglang-sim/config.json) with the same names in
+lower case and without the prefix; the environment wins over the file. They are
+never CLI flags, so a unit's ExecStart stays identical to a real node's.
+"""
+
+import hashlib
+import json
+import os
+import uuid
+
+DEFAULT_CONFIG_PATH = "/etc/sglang-sim/config.json"
+
+# name -> (type, default). Keep in step with README.md.
+SETTINGS = {
+    "profile": (str, "rtx-pro-6000-x4"),
+    "time_scale": (float, 1.0),
+    "load_seconds": (float, 20.0),
+    "orphans": (bool, False),
+    "state_dir": (str, "/run/sglang-sim"),
+    "dev_dir": (str, "/dev"),
+    "gpu_memory_mib": (int, None),
+    "gpu_count": (int, None),
+    "seed": (int, 0),
+}
+
+
+class SimConfigError(Exception):
+    """A bad simulator setting (env var or config file)."""
+
+
+def _coerce(name, typ, raw):
+    if raw is None:
+        return None
+    if typ is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off", ""):
+            return False
+        raise SimConfigError("%s must be a boolean (0/1), got %r" % (name, raw))
+    try:
+        return typ(raw)
+    except (TypeError, ValueError):
+        raise SimConfigError("%s must be of type %s, got %r" % (name, typ.__name__, raw))
+
+
+def load_settings(environ=None):
+    """Merge defaults, the JSON config file and SGLANG_SIM_* env vars (env wins)."""
+    env = os.environ if environ is None else environ
+    path = env.get("SGLANG_SIM_CONFIG", DEFAULT_CONFIG_PATH)
+    file_values = {}
+    if path and os.path.exists(path):
+        try:
+            with open(path) as fh:
+                file_values = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise SimConfigError("cannot read simulator config %s: %s" % (path, exc))
+        if not isinstance(file_values, dict):
+            raise SimConfigError("simulator config %s must hold a JSON object" % path)
+    out = {"config_path": path}
+    for name, (typ, default) in SETTINGS.items():
+        raw = default
+        if name in file_values:
+            raw = file_values[name]
+        env_name = "SGLANG_SIM_" + name.upper()
+        if env.get(env_name, "") != "":
+            raw = env[env_name]
+        out[name] = _coerce(env_name, typ, raw)
+    if out["time_scale"] is not None and out["time_scale"] <= 0:
+        raise SimConfigError("SGLANG_SIM_TIME_SCALE must be > 0, got %r" % out["time_scale"])
+    if out["profile"] not in PROFILES:
+        raise SimConfigError(
+            "unknown SGLANG_SIM_PROFILE %r; known profiles: %s"
+            % (out["profile"], ", ".join(sorted(PROFILES)))
+        )
+    return out
+
+
+# GPU profiles. memory_mib is what nvidia-smi reports as memory.total for that card.
+# reserved_mib is the driver-reserved part (nvidia-smi -q "Reserved"), never usable.
+PROFILES = {
+    "rtx-pro-6000-x4": {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "count": 4,
+        "memory_mib": 97887,
+        "reserved_mib": 540,
+        "compute_cap": "12.0",
+        "driver_version": "580.159.04",
+        "cuda_version": "13.0",
+        "power_cap_w": 600,
+        "idle_power_w": 34,
+        "pci_bus_base": 0x17,
+    },
+    "rtx-pro-6000-x1": {
+        "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "count": 1,
+        "memory_mib": 97887,
+        "reserved_mib": 540,
+        "compute_cap": "12.0",
+        "driver_version": "580.159.04",
+        "cuda_version": "13.0",
+        "power_cap_w": 600,
+        "idle_power_w": 34,
+        "pci_bus_base": 0x17,
+    },
+    "b200-x8": {
+        "name": "NVIDIA B200",
+        "count": 8,
+        "memory_mib": 183359,
+        "reserved_mib": 780,
+        "compute_cap": "10.0",
+        "driver_version": "580.159.04",
+        "cuda_version": "13.0",
+        "power_cap_w": 1000,
+        "idle_power_w": 140,
+        "pci_bus_base": 0x18,
+    },
+    "h200-x1": {
+        "name": "NVIDIA H200",
+        "count": 1,
+        "memory_mib": 143771,
+        "reserved_mib": 616,
+        "compute_cap": "9.0",
+        "driver_version": "580.159.04",
+        "cuda_version": "13.0",
+        "power_cap_w": 700,
+        "idle_power_w": 129,
+        "pci_bus_base": 0x06,
+    },
+    "h200-x8": {
+        "name": "NVIDIA H200",
+        "count": 8,
+        "memory_mib": 143771,
+        "reserved_mib": 616,
+        "compute_cap": "9.0",
+        "driver_version": "580.159.04",
+        "cuda_version": "13.0",
+        "power_cap_w": 700,
+        "idle_power_w": 129,
+        "pci_bus_base": 0x06,
+    },
+}
+
+
+def gpus(settings):
+    """The simulated GPUs: a list of dicts (index, uuid, name, memory_mib, ...)."""
+    prof = PROFILES[settings["profile"]]
+    count = settings.get("gpu_count") or prof["count"]
+    mem = settings.get("gpu_memory_mib") or prof["memory_mib"]
+    out = []
+    for i in range(count):
+        digest = hashlib.sha256(("%s/%d" % (settings["profile"], i)).encode()).digest()
+        out.append({
+            "index": i,
+            # Stable per profile and index, so a restarted node keeps its UUIDs.
+            "uuid": "GPU-" + str(uuid.UUID(bytes=digest[:16])),
+            "name": prof["name"],
+            "memory_mib": mem,
+            "reserved_mib": prof["reserved_mib"],
+            "compute_cap": prof["compute_cap"],
+            "driver_version": prof["driver_version"],
+            "cuda_version": prof["cuda_version"],
+            "power_cap_w": prof["power_cap_w"],
+            "idle_power_w": prof["idle_power_w"],
+            "pci_bus_id": "00000000:%02X:00.0" % (prof["pci_bus_base"] + i),
+        })
+    return out
+
+
+# Model catalog. params are the target model's; draft_params the built-in MTP head
+# (NEXTN/EAGLE with no --speculative-draft-model-path). Hybrid models (Gated DeltaNet
+# linear attention + full attention) keep a per-request SSM state; with speculative
+# decoding SGLang also keeps one intermediate state per draft token.
+CATALOG = {
+    "Qwen/Qwen3.5-122B-A10B": {
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
+        "params": 122e9,
+        "draft_params": 2.4e9,
+        "dtype_bytes": 2,
+        "context_length": 262144,
+        "full_attn_layers": 12,
+        "linear_attn_layers": 36,
+        "kv_heads": 2,
+        "head_dim": 256,
+        # fp32 SSM state per request per linear layer before TP split (MiB).
+        "ssm_state_mib_per_layer": 4.0,
+        "hybrid": True,
+    },
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": {
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "params": 80e9,
+        "draft_params": 1.6e9,
+        "dtype_bytes": 2,
+        "context_length": 262144,
+        "full_attn_layers": 12,
+        "linear_attn_layers": 36,
+        "kv_heads": 2,
+        "head_dim": 256,
+        "ssm_state_mib_per_layer": 2.0,
+        "hybrid": True,
+    },
+    "Qwen/Qwen3-8B": {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "params": 8.2e9,
+        "draft_params": 0.4e9,
+        "dtype_bytes": 2,
+        "context_length": 40960,
+        "full_attn_layers": 36,
+        "linear_attn_layers": 0,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "ssm_state_mib_per_layer": 0.0,
+        "hybrid": False,
+    },
+}
+DEFAULT_MODEL = "Qwen/Qwen3.5-122B-A10B"
+
+
+def lookup_model(model_path):
+    """Catalog entry for a model path: an HF id, or a local dir whose name matches one.
+
+    A local directory may also hold a ``sim_model.json`` naming a catalog entry
+    ({"catalog": "Qwen/Qwen3.5-122B-A10B"}). Unknown models are served with the
+    default model's shape, so any weights directory works on the sim.
+    """
+    key = model_path.rstrip("/")
+    if key in CATALOG:
+        return key, CATALOG[key]
+    base = os.path.basename(key).lower()
+    marker = os.path.join(key, "sim_model.json")
+    if os.path.isfile(marker):
+        try:
+            with open(marker) as fh:
+                name = json.load(fh).get("catalog")
+            if name in CATALOG:
+                return name, CATALOG[name]
+        except (OSError, ValueError, AttributeError):
+            pass
+    for name, entry in CATALOG.items():
+        if name.split("/")[-1].lower() == base:
+            return name, entry
+    return DEFAULT_MODEL, CATALOG[DEFAULT_MODEL]
