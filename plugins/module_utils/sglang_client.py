@@ -1073,6 +1073,11 @@ def _add_accept(m, m_before, m_after, i_before, i_after):
     sb = bm.server_info_accept_length(i_before)
     sa = bm.server_info_accept_length(i_after)
     m["counter_accept_length"] = ctr
+    # the server's own count of tokens generated during the level (accuracy cross-check)
+    try:
+        m["server_output_tokens"] = m_after[bm.GEN_TOKENS] - m_before[bm.GEN_TOKENS]
+    except (TypeError, KeyError):
+        m["server_output_tokens"] = None
     m["server_accept_length_before"] = sb
     m["server_accept_length_after"] = sa
     if ctr is not None:

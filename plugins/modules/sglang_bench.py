@@ -243,6 +243,7 @@ levels:
     accept_length: {description: Speculative accept length for this level from the best source available., type: float}
     accept_length_source: {description: "metrics_counters, request_meta_info or server_info_lifetime.", type: str}
     counter_accept_length: {description: "Delta generation_tokens_total / delta spec_verify_calls_total over the level.", type: float}
+    server_output_tokens: {description: "Delta of the server's generation_tokens_total over the level (null without /metrics); compare with total_output_tokens.", type: float}
     request_accept_length: {description: Token-weighted accept length from the requests' meta_info., type: float}
     server_accept_length_before: {description: "/server_info avg_spec_accept_length before the level.", type: float}
     server_accept_length_after: {description: "/server_info avg_spec_accept_length after the level.", type: float}

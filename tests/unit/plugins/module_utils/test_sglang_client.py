@@ -223,6 +223,7 @@ def test_generate_end_to_end_counts_and_accept_length():
     assert [x["concurrency"] for x in res["levels"]] == [1, 3]
     assert lv["completed"] == 6 and lv["failed"] == 0
     assert lv["total_output_tokens"] == 6 * 20
+    assert lv["server_output_tokens"] == 6 * 20  # the counters exclude the warmup
     # 20 tokens = 1 + 19 -> chunks 1,3,3,3,3,3,3,1: 7 verify calls for 19 tokens after the first
     assert lv["accept_length_source"] == "metrics_counters"
     assert lv["counter_accept_length"] == pytest.approx(20 / 7.0)
