@@ -240,6 +240,7 @@ def holders_from_proc(paths, proc_root="/proc"):
             "command": proc.get("comm"),
             "access": "".join(sorted(access)),
             "devices": sorted(hits),
+            "cmdline": proc.get("cmdline"),
         }
     return [holders[pid] for pid in sorted(holders)]
 
@@ -327,6 +328,18 @@ def parse_fuser(output, names=None):
         entry["access"] = "".join(sorted(entry["access"]))
         result.append(entry)
     return result
+
+
+def enrich_holders(holders, proc_root="/proc"):
+    """Fill user/command where fuser's plain form left them out, and add the command line
+    (fuser shows only the 15-character comm; a process title such as
+    sglang::scheduler_TP0 is in the command line). Holders that vanished keep None."""
+    for holder in holders:
+        proc = read_process(holder["pid"], proc_root) or {}
+        holder["user"] = holder.get("user") or proc.get("user")
+        holder["command"] = holder.get("command") or proc.get("comm")
+        holder["cmdline"] = proc.get("cmdline")
+    return holders
 
 
 def fuser_argv(fuser_bin, paths):

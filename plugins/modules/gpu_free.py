@@ -528,15 +528,9 @@ def main():
                                                     merge_stderr=True)
         except (procs.CommandTimeout, OSError):
             return procs.holders_from_proc(files)
-        holders = procs.parse_fuser(out, files)
         if rc not in (0, 1):
             return procs.holders_from_proc(files)
-        for holder in holders:
-            if holder["user"] is None or holder["command"] is None:
-                proc = procs.read_process(holder["pid"]) or {}
-                holder["user"] = holder["user"] or proc.get("user")
-                holder["command"] = holder["command"] or proc.get("comm")
-        return holders
+        return procs.enrich_holders(procs.parse_fuser(out, files))
 
     fuser_kill_all = None
     if fuser_bin is not None and files:

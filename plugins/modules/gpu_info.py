@@ -175,6 +175,10 @@ device_holders:
       description: fuser access letters (C(f)/C(F) open, C(m) mapped, C(c) cwd, C(e) executable, C(r) root).
       type: str
       sample: Fm
+    cmdline:
+      description: Command line, where SGLang's process titles show (C(sglang::scheduler_TP0)); null if unreadable.
+      type: str
+      sample: sglang::scheduler_TP0
     devices:
       description: The device files this process holds.
       type: list
@@ -266,12 +270,7 @@ def find_holders(files, fuser_bin, timeout, proc_root="/proc"):
     if rc not in (0, 1) or (rc == 0 and not holders):
         return (procs.holders_from_proc(files, proc_root), "proc",
                 "fuser rc=%s gave no usable output (%s); read /proc instead" % (rc, out.strip()[-200:]))
-    for holder in holders:
-        if holder["user"] is None or holder["command"] is None:
-            proc = procs.read_process(holder["pid"], proc_root) or {}
-            holder["user"] = holder["user"] or proc.get("user")
-            holder["command"] = holder["command"] or proc.get("comm")
-    return holders, "fuser", None
+    return procs.enrich_holders(holders, proc_root), "fuser", None
 
 
 def gather(params, which, runner, warn):
