@@ -191,7 +191,7 @@ def _interval(value, ci, noise):
 # --------------------------------------------------------------------------- scoring
 
 def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                   noise=0.02, tps_stat="mean"):
+                   noise=0.015, tps_stat="mean"):
     """Score one attempt for an objective.
 
     Returns ``{"value", "low", "high", "level", "feasible", "reason"}``; ``value`` is None when
@@ -203,7 +203,7 @@ def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, s
       ``slo_min_tps`` and/or TTFT p99 <= ``slo_max_ttft_p99_ms``; p99 on purpose, a mean hides
       the tail the SLO is about.
     """
-    noise = _frac(noise, "mtp_tune_noise", 0.02)
+    noise = _frac(noise, "mtp_tune_noise", 0.015)
     if objective not in OBJECTIVES:
         raise AnsibleFilterError("objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
     if tps_stat not in ("mean", "p50"):
@@ -430,7 +430,7 @@ def _cannot_fit(cand, states, fit_classes):
 
 def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, objective="latency", level=None,
                   seed=3, fit_retry=False, fit_ladder=None, fit_classes=None, max_launches=None,
-                  slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.02):
+                  slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015):
     """The next server launch, or None when the search is over.
 
     Returns ``{"candidate", "overrides", "fit_rung", "reason"}``.  A pending fit-retry of the
@@ -517,7 +517,7 @@ def _decided(attempts):
 
 
 def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                  noise=0.02):
+                  noise=0.015):
     """Every candidate's score, best first (failed and infeasible last, cheapest first among them)."""
     rows = []
     for key, att in _decided(attempts).items():
@@ -529,7 +529,7 @@ def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, s
 
 
 def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                       noise=0.02):
+                       noise=0.015):
     """The winner, with the CI-aware tie rule.
 
     The top scorer wins outright only when its interval lies above the runner-up's (beyond
@@ -560,7 +560,7 @@ def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=No
     return out
 
 
-def mtp_tune_verify(level_metrics, tuned, objective="latency", tolerance=0.05, noise=0.02):
+def mtp_tune_verify(level_metrics, tuned, objective="latency", tolerance=0.05, noise=0.015):
     """Whether a smoke bench after converging is within noise of the tuned figure.
 
     ``level_metrics``: the smoke bench's level dict; ``tuned``: the winner's score (from
@@ -584,7 +584,7 @@ def mtp_tune_verify(level_metrics, tuned, objective="latency", tolerance=0.05, n
 
 
 def mtp_tune_progress(attempt, attempts, objective="latency", level=None, slo_min_tps=None,
-                      slo_max_ttft_p99_ms=None, noise=0.02):
+                      slo_max_ttft_p99_ms=None, noise=0.015):
     """One compact line per launch for a person watching the run."""
     cand = attempt.get("candidate") or {}
     head = "steps=%s topk=%s draft=%s" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))

@@ -168,7 +168,7 @@ def test_score_latency_throughput_and_failed():
     att = _att(4, bench(F.mtp_tune_candidates([4])[0]))
     lat = F.mtp_tune_score(att, "latency")
     assert lat["value"] == pytest.approx(277.0) and lat["level"] == 1
-    assert lat["low"] == pytest.approx(277.0 * 0.98) and lat["high"] == pytest.approx(277.0 * 1.02)
+    assert lat["low"] == pytest.approx(277.0 * 0.985) and lat["high"] == pytest.approx(277.0 * 1.015)
     thr = F.mtp_tune_score(att, "throughput")
     assert thr["value"] == pytest.approx(1750.0) and thr["level"] == 32
     assert F.mtp_tune_score(att, "throughput", 16)["value"] == pytest.approx(1596.0)
@@ -214,11 +214,12 @@ def test_pick_best_tie_within_noise_goes_to_fewer_draft_tokens():
     atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None})
             for c in F.mtp_tune_candidates([3, 4, 5, 6])]
     best = F.mtp_tune_pick_best(atts, "latency")
-    # 5 (282) is the raw top, but 4 (277) and 6 (275) are within +/-2 %: the cheapest tied, 4, wins.
+    # 5 (282) is the raw top, but the +/-1.5 % bands of 4 (277) and 6 (275) overlap its band:
+    # the cheapest of the tied, 4, wins.
     assert best["winner"]["key"] == "s4-k1-d5"
     assert set(best["tied"]) == {"s4-k1-d5", "s5-k1-d6", "s6-k1-d7"}
     assert "cheapest" in best["decided_by"]
-    # With a tighter band (1 % noise) 5 beats 4 beyond noise... but not 6: tie of 5 and 6 -> 5.
+    # With a tighter band (+/-0.5 %) 5 beats both beyond noise.
     best = F.mtp_tune_pick_best(atts, "latency", noise=0.005)
     assert best["winner"]["key"] == "s5-k1-d6"
 
@@ -429,3 +430,64 @@ def test_filters_are_registered():
     for n in ("mtp_tune_candidates", "mtp_tune_score", "mtp_tune_pick_best", "mtp_tune_next",
               "mtp_tune_fit_ladder", "mtp_tune_resume", "mtp_tune_verify"):
         assert callable(names[n])
+
+
+# ---------------------------------------------------------------------------- the simulator's own model
+
+def _sim_tune(strategy, objective, perf, seed=None):
+    """Drive the search with the simulator's calibrated throughput model (default profile).
+
+    With ``seed`` every figure gets the sim's own per-figure noise, drawn from (seed, steps,
+    level), so that a sweep and an adaptive run see the very same measurement of a candidate.
+    """
+    def sim_bench(cand):
+        out = {}
+        for c in LEVELS:
+            pr = perf.per_request_tps(c, cand["steps"])
+            ag = perf.aggregate_tps(c, cand["steps"])
+            if seed is not None:
+                rng = random.Random("%s-%s-%s" % (seed, cand["steps"], c))
+                pr, ag = perf.noisy(rng, pr), perf.noisy(rng, ag)
+            out[str(c)] = {"output_throughput": ag, "decode_tps_per_request": {"mean": pr, "p50": pr},
+                           "failed": 0, "ci": None}
+        return out
+
+    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
+    attempts = []
+    while True:
+        nxt = F.mtp_tune_next(attempts, cands, strategy, 0.03, objective)
+        if nxt is None:
+            break
+        cand = nxt["candidate"]
+        if cand["steps"] >= 10:  # the sim's default profile: OOM at init with graph bs 512
+            attempts.append({"key": cand["key"], "candidate": cand, "status": "failed",
+                             "failure_class": "oom_kv_cache"})
+        else:
+            attempts.append({"key": cand["key"], "candidate": cand, "status": "ok", "metrics": sim_bench(cand)})
+    return attempts, F.mtp_tune_pick_best(attempts, objective)
+
+
+@pytest.mark.parametrize("objective,winner", [("latency", "s4-k1-d5"), ("throughput", "s3-k1-d4")])
+def test_sim_default_profile_adaptive_matches_sweep(objective, winner):
+    perf = pytest.importorskip("sglang_sim.perf", reason="the simulator package (sim/) is not importable")
+    sweep, sweep_best = _sim_tune("sweep", objective, perf)
+    adapt, adapt_best = _sim_tune("adaptive", objective, perf)
+    assert sweep_best["winner"]["key"] == adapt_best["winner"]["key"] == winner
+    assert len(adapt) * 2 <= len(sweep) == 8
+
+
+def test_sim_default_profile_with_its_noise_adaptive_decides_like_sweep():
+    """Per-figure noise of 1.2 % (the sim's own): on the same measurements adaptive and sweep
+    pick the same winner, and that winner is the true one or statistically tied with it (with
+    one measurement per candidate, 2 vs 3 at C=32 is a 3.7 % gap: inside the noise of two
+    figures at times, and then the cheaper one wins by design)."""
+    perf = pytest.importorskip("sglang_sim.perf", reason="the simulator package (sim/) is not importable")
+    same = truthful = 0
+    for seed in range(20):
+        for objective, winner in (("latency", "s4-k1-d5"), ("throughput", "s3-k1-d4")):
+            _, sw = _sim_tune("sweep", objective, perf, seed)
+            _, ad = _sim_tune("adaptive", objective, perf, seed)
+            same += sw["winner"]["key"] == ad["winner"]["key"]
+            truthful += ad["winner"]["key"] == winner or winner in ad["tied"]
+    assert same >= 38, same
+    assert truthful == 40, truthful
