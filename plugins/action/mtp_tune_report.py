@@ -22,6 +22,7 @@ ARGSPEC = dict(
     force=dict(type="bool", default=False),
     fresh=dict(type="bool", default=False),
     plot=dict(type="bool", default=True),
+    compare=dict(type="bool", default=True),
 )
 
 
@@ -48,12 +49,14 @@ class ActionModule(ActionBase):
             if self._task.check_mode:
                 result.update(msg="check mode: would write the report to %s" % directory, files=[])
                 return result
-            out = mtp_report.write(directory, args["results"], plot=args["plot"])
+            out = mtp_report.write(directory, args["results"], plot=args["plot"], compare=args["compare"])
         except mtp_report.ReportError as exc:
             raise AnsibleActionFail(str(exc))
         except (IOError, OSError) as exc:
             raise AnsibleActionFail("cannot write the report in %s: %s" % (directory, exc))
-        result.update(changed=True, files=out["files"], msg="report written to %s" % directory)
+        result.update(changed=out["changed"], files=out["files"], written=out["written"],
+                      stats=out["doc"]["stats"], updated=out["doc"].get("updated"),
+                      msg=("report written to %s" % directory) if out["changed"] else "report unchanged")
         if out["warnings"]:
             result.setdefault("warnings", []).extend(out["warnings"])
         return result

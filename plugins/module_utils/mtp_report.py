@@ -12,9 +12,12 @@ results.json layout (``schema`` 1)::
     {"schema": 1, "host": ..., "run": ..., "settings": {...}, "started": iso, "updated": iso,
      "attempts": [{"key", "candidate", "overrides", "fit_rung", "status", "failure_class",
                    "failure_line", "journal_tail", "metrics": {"1": {sglang_bench level}, ...},
-                   "timings": {"started", "launch_s", "bench_s", "wall_s"}, "resumed"?}],
-     "winner": {"key", "candidate", "overrides", "score", "decided_by", "tied"} | null,
-     "stats": {"launches", "launches_total", "wall_s"}, "converge": {...} | null}
+                   "timings": {"started", "launch_s", "bench_s", "wall_s"}, "run": run id}],
+     "winner": {"key", "candidate", "overrides", "score", "decided_by", "tied", "decided_at"} | null,
+     "stats": {"launches", "failed_launches", "candidates", "wall_s", "launch_s", "bench_s"},
+     "converge": {...} | null}
+
+``stats`` is recomputed from the attempts on every write (see ``finalize``).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -168,7 +171,7 @@ def render_json(doc):
 
 CSV_FIELDS = (
     "attempt", "key", "steps", "topk", "draft_tokens", "cuda_graph_max_bs", "max_running_requests",
-    "status", "failure_class", "resumed", "concurrency", "output_throughput", "output_throughput_ci_low",
+    "status", "failure_class", "run", "concurrency", "output_throughput", "output_throughput_ci_low",
     "output_throughput_ci_high", "decode_tps_mean", "decode_tps_ci_low", "decode_tps_ci_high", "decode_tps_p50",
     "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "tpot_mean_ms", "e2e_p99_ms", "accept_length", "completed",
     "failed", "client_limited", "launch_s", "bench_s", "started",
@@ -196,7 +199,7 @@ def csv_rows(doc):
             "attempt": i, "key": attempt_key(att), "steps": cand.get("steps"), "topk": cand.get("topk"),
             "draft_tokens": cand.get("draft_tokens"), "cuda_graph_max_bs": ov.get("cuda_graph_max_bs"),
             "max_running_requests": ov.get("max_running_requests"), "status": att.get("status"),
-            "failure_class": att.get("failure_class"), "resumed": bool(att.get("resumed")),
+            "failure_class": att.get("failure_class"), "run": att.get("run"),
             "launch_s": tm.get("launch_s"), "bench_s": tm.get("bench_s"), "started": tm.get("started"),
         }
         metrics = att.get("metrics") or {}
@@ -284,8 +287,9 @@ def render_summary(doc):
     out.append("- Objective: **%s** (%s)" % (obj, judged))
     out.append("- Strategy: %s (min gain %s, noise band %s); fit-retry: %s" % (
         s.get("strategy", "-"), s.get("min_gain", "-"), s.get("noise", "-"), "on" if s.get("fit_retry") else "off"))
-    out.append("- Server launches: %s this run, %s in all; wall time %s" % (
-        stats.get("launches", "-"), stats.get("launches_total", "-"), _duration(stats.get("wall_s"))))
+    out.append("- Server launches: %s (%s failed) over %s candidates; wall time %s (starting %s, benchmarking %s)" % (
+        stats.get("launches", "-"), stats.get("failed_launches", "-"), stats.get("candidates", "-"),
+        _duration(stats.get("wall_s")), _duration(stats.get("launch_s")), _duration(stats.get("bench_s"))))
     out.append("- Updated: %s" % doc.get("updated", "-"))
     if winner.get("key"):
         sc = winner.get("score") or {}
@@ -315,8 +319,6 @@ def render_summary(doc):
         if is_win:
             label = "**%s** (winner)" % label
             marked = True
-        if att.get("resumed"):
-            label += " (earlier run)"
         tm = att.get("timings") or {}
         if att.get("status") == "ok":
             metrics = att.get("metrics") or {}
@@ -329,10 +331,13 @@ def render_summary(doc):
                                               _duration(tm.get("bench_s"))))
     comp = doc.get("comparison")
     if comp:
-        out += ["", "## Strategies compared", "", "| strategy | winner | launches | wall time |", "|---|---|---|---|"]
+        out += ["", "## Runs compared (same host, next to this one)", "",
+                "| run | strategy | objective | winner | launches | wall time |", "|---|---|---|---|---|---|"]
         for row in comp:
-            out.append("| %s | %s | %s | %s |" % (row.get("strategy"), row.get("winner"), row.get("launches"),
-                                                 _duration(row.get("wall_s"))))
+            out.append("| %s | %s | %s%s | %s | %s | %s |" % (
+                row.get("run"), row.get("strategy"), row.get("objective"),
+                " (C=%s)" % row["level"] if row.get("level") is not None else "", row.get("winner"),
+                row.get("launches"), _duration(row.get("wall_s"))))
     fails = [a for a in doc.get("attempts") or [] if a.get("status") == "failed" and a.get("journal_tail")]
     if fails:
         out += ["", "## Failures (journal tail)"]
@@ -491,27 +496,131 @@ def load(directory, force=False, fresh=False, now=None):
             "message": "resuming: %d earlier attempts in %s" % (len(doc.get("attempts") or []), path)}
 
 
-def write(directory, doc, plot=True, now=None):
+def finalize(doc):
+    """The document as stored: per-run flags dropped, totals recomputed from the attempts.
+
+    Only facts about attempts are kept (``resumed`` is a property of today's run, not of the
+    attempt), so that a re-run that launches nothing produces the very same file.
+    """
+    out = dict(doc)
+    atts = []
+    for att in doc.get("attempts") or []:
+        att = dict(att)
+        att.pop("resumed", None)
+        atts.append(att)
+    out["attempts"] = atts
+    out.pop("comparison", None)
+    launched = [a for a in atts if a.get("status") in ("ok", "failed")]
+
+    def total(key):
+        vals = [_num((a.get("timings") or {}).get(key)) for a in launched]
+        return round(sum(v for v in vals if v is not None), 3)
+
+    out["stats"] = {"launches": len(launched), "failed_launches": sum(1 for a in launched if a["status"] == "failed"),
+                    "candidates": len(set(attempt_key(a) for a in atts)),
+                    "wall_s": total("wall_s"), "launch_s": total("launch_s"), "bench_s": total("bench_s")}
+    return out
+
+
+def _same_content(old, new):
+    a, b = dict(old), dict(new)
+    a.pop("updated", None)
+    b.pop("updated", None)
+    return json.loads(render_json(a)) == json.loads(render_json(b))
+
+
+def comparison(directory, doc):
+    """Rows (strategy, objective, winner, launches, wall time) of this run and of the other runs
+    for the same host next to it (``<results_dir>/<run>/<host>``), to compare strategies."""
+    directory = os.path.abspath(directory)
+    host_dir = os.path.basename(directory)
+    runs_root = os.path.dirname(os.path.dirname(directory))
+    this_run = os.path.basename(os.path.dirname(directory))
+    rows = []
+
+    def row(run, d):
+        s = d.get("settings") or {}
+        st = d.get("stats") or {}
+        w = (d.get("winner") or {}).get("key") or "-"
+        return {"run": run, "strategy": s.get("strategy"), "objective": s.get("objective"), "level": s.get("level"),
+                "winner": w, "launches": st.get("launches"), "wall_s": st.get("wall_s")}
+
+    try:
+        names = sorted(os.listdir(runs_root))
+    except OSError:
+        names = []
+    for run in names:
+        if run == this_run:
+            rows.append(row(run, doc))
+            continue
+        path = os.path.join(runs_root, run, host_dir, RESULTS_JSON)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, "rb") as fh:
+                other = parse(fh.read().decode("utf-8"), path)
+        except (ReportError, OSError, UnicodeDecodeError):
+            continue
+        rows.append(row(run, other))
+    if not any(r["run"] == this_run for r in rows):
+        rows.append(row(this_run, doc))
+    return rows
+
+
+def _write_if_changed(path, data):
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == data:
+                return False
+    except (IOError, OSError):
+        pass
+    atomic_write(path, data)
+    return True
+
+
+def write(directory, doc, plot=True, compare=True, now=None):
     """Write results.json (first: it is the source of truth), results.csv, summary.md, plot.png.
 
-    Returns ``{"files": [...], "warnings": [...]}``.
+    A file is rewritten only when its content changes (``updated`` moves only then), so a
+    re-run that measures nothing new changes nothing.  Returns ``{"files", "written",
+    "changed", "warnings", "doc"}``.
     """
     validate(doc, "results to write")
     ensure_dir(directory)
-    doc = dict(doc)
-    doc["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now if now is not None else time.time()))
-    files, warnings = [], []
+    doc = finalize(doc)
+    json_path = os.path.join(directory, RESULTS_JSON)
+    old = None
+    if os.path.isfile(json_path):
+        try:
+            with open(json_path, "rb") as fh:
+                old = json.loads(fh.read().decode("utf-8"))
+        except (ValueError, OSError, UnicodeDecodeError):
+            old = None
+    json_changed = not (isinstance(old, dict) and _same_content(old, doc))
+    doc["updated"] = (old or {}).get("updated") if not json_changed else \
+        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now if now is not None else time.time()))
+    view = dict(doc)
+    if compare:
+        rows = comparison(directory, doc)
+        if len(rows) > 1:
+            view["comparison"] = rows
+    files, written, warnings = [], [], []
     for name, text in ((RESULTS_JSON, render_json(doc)), (RESULTS_CSV, render_csv(doc)),
-                       (SUMMARY_MD, render_summary(doc))):
+                       (SUMMARY_MD, render_summary(view))):
         path = os.path.join(directory, name)
-        atomic_write(path, text)
+        if _write_if_changed(path, text):
+            written.append(path)
         files.append(path)
-    if plot:
+    if plot and any(a.get("status") == "ok" for a in doc.get("attempts") or []):
         png = os.path.join(directory, PLOT_PNG)
-        if any(a.get("status") == "ok" for a in doc.get("attempts") or []):
+        if json_changed or not os.path.exists(png):
             warn = render_png(doc, png)
             if warn:
                 warnings.append(warn)
             else:
-                files.append(png)
-    return {"files": files, "warnings": warnings, "doc": doc}
+                written.append(png)
+        if os.path.exists(png):
+            files.append(png)
+    return {"files": files, "written": written, "changed": bool(written), "warnings": warnings, "doc": doc}

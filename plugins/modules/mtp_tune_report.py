@@ -55,6 +55,13 @@ options:
     description: Draw C(plot.png) when matplotlib is importable.
     type: bool
     default: true
+  compare:
+    description:
+      - Add to C(summary.md) a table of the other runs for the same host found next to this one
+        (C(<results_dir>/<run>/<host>)), e.g. a sweep and an adaptive run, with their winners,
+        launches and wall time.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: partial
@@ -100,10 +107,19 @@ set_aside:
   type: str
   sample: /srv/tune/default/node1/results.json.corrupt-20261202T150102Z
 files:
-  description: With O(op=write), the files written.
+  description: With O(op=write), the report files (written now or already up to date).
   returned: op=write
   type: list
   elements: str
+written:
+  description: With O(op=write), the files whose content changed and were rewritten.
+  returned: op=write
+  type: list
+  elements: str
+stats:
+  description: With O(op=write), launches, failed launches, candidates and seconds (wall, starting, benchmarking) over all attempts.
+  returned: op=write
+  type: dict
 msg:
   description: What was done.
   returned: always
@@ -123,6 +139,7 @@ def main():
         force=dict(type="bool", default=False),
         fresh=dict(type="bool", default=False),
         plot=dict(type="bool", default=True),
+        compare=dict(type="bool", default=True),
     ), supports_check_mode=True)
     module.fail_json(msg="mtp_tune_report runs on the controller through its action plugin; "
                          "call it as a task (blackwell.sglang.mtp_tune_report), not as a raw module")

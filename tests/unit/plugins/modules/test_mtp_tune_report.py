@@ -29,7 +29,8 @@ def level(c, pr, ag, failed=0):
 def attempt(steps, figures=None, status="ok", overrides=None, failure_class=None, **extra):
     cand = {"steps": steps, "topk": 1, "draft_tokens": steps + 1, "key": "s%d-k1-d%d" % (steps, steps + 1)}
     att = {"key": cand["key"], "candidate": cand, "overrides": overrides or {}, "fit_rung": None,
-           "status": status, "timings": {"launch_s": 12.5, "bench_s": 100.0, "started": "2026-12-02T15:00:00Z"}}
+           "status": status, "run": "20261202T150000Z",
+           "timings": {"launch_s": 12.5, "bench_s": 100.0, "wall_s": 112.5, "started": "2026-12-02T15:00:00Z"}}
     if status == "ok":
         att["metrics"] = dict((str(c), level(c, pr, ag)) for c, (pr, ag) in figures.items())
     else:
@@ -55,8 +56,10 @@ def doc():
         "winner": {"key": "s4-k1-d5", "candidate": {"steps": 4, "topk": 1, "draft_tokens": 5}, "overrides": {},
                    "score": {"value": 277.0, "level": 1}, "decided_by": "beats the runner-up beyond noise"},
         "stats": {"launches": 4, "launches_total": 4, "wall_s": 754.0},
-        "comparison": [{"strategy": "sweep", "winner": "s4-k1-d5", "launches": 9, "wall_s": 1800.0},
-                       {"strategy": "adaptive", "winner": "s4-k1-d5", "launches": 3, "wall_s": 600.0}],
+        "comparison": [{"run": "a", "strategy": "sweep", "objective": "latency", "level": 1, "winner": "s4-k1-d5",
+                        "launches": 9, "wall_s": 1800.0},
+                       {"run": "b", "strategy": "adaptive", "objective": "latency", "level": 1,
+                        "winner": "s4-k1-d5", "launches": 3, "wall_s": 600.0}],
     }
 
 
@@ -83,15 +86,15 @@ def test_csv_carries_confidence_intervals():
 
 
 def test_summary_is_the_operators_table_with_the_winner_marked():
-    md = R.render_summary(doc())
+    md = R.render_summary(dict(R.finalize(doc()), comparison=doc()["comparison"]))
     assert "| steps (draft tokens) | C=1 | C=32 | launch | bench |" in md
     assert "| **4 (5)** (winner) | 277 / 270 | 52 / 1750 |" in md
     assert "| 3 (4) | 234 / 230 | 60 / 1979 |" in md
     assert "| 10 (11) | failed: oom_kv_cache (`RuntimeError: Not enough memory. Please try...`) |" in md
     assert "| 10 (11) [graph bs 64] | 240 / 235 | 30 / 900 |" in md
     assert "**Winner: steps 4**" in md and "beats the runner-up beyond noise" in md
-    assert "Server launches: 4 this run, 4 in all; wall time 12 min 34 s" in md
-    assert "| adaptive | s4-k1-d5 | 3 | 10 min 00 s |" in md
+    assert "Server launches: 4 (1 failed) over 3 candidates; wall time 7 min 30 s" in md
+    assert "| b | adaptive | latency (C=1) | s4-k1-d5 | 3 | 10 min 00 s |" in md
     assert "## Failures (journal tail)" in md and "Load weight end." in md
     assert md.count("(winner)") == 1
 
@@ -279,3 +282,42 @@ def test_action_plugin_load_write_and_corrupt(tmp_path):
     assert "not valid JSON" in res.stdout and "results.json.corrupt-" in res.stdout
     assert "Traceback" not in res.stdout + res.stderr
     assert any(n.startswith("results.json.corrupt-") for n in os.listdir(str(out_dir)))
+
+
+def test_rewrite_of_the_same_results_changes_nothing(tmp_path):
+    d = str(tmp_path / "run" / "node1")
+    first = R.write(d, doc(), plot=False, now=1000)
+    assert first["changed"] and len(first["written"]) == 3
+    again = doc()
+    for att in again["attempts"]:
+        att["resumed"] = True  # today's view of the same attempts
+    second = R.write(d, again, plot=False, now=2000)
+    assert not second["changed"] and second["written"] == []
+    stored = json.loads((tmp_path / "run" / "node1" / "results.json").read_text())
+    assert stored["updated"] == first["doc"]["updated"]
+    assert all("resumed" not in a for a in stored["attempts"])
+    assert stored["stats"] == {"launches": 4, "failed_launches": 1, "candidates": 3, "wall_s": 450.0,
+                               "launch_s": 50.0, "bench_s": 400.0}
+    more = doc()
+    more["attempts"].append(attempt(5, {1: (281.0, 275.0), 32: (40.0, 1300.0)}))
+    third = R.write(d, more, plot=False, now=3000)
+    assert third["changed"] and third["doc"]["stats"]["launches"] == 5
+
+
+def test_summary_compares_runs_of_the_same_host(tmp_path):
+    sweep = doc()
+    sweep["run"] = "sweep"
+    R.write(str(tmp_path / "sweep" / "node1"), sweep, plot=False)
+    R.write(str(tmp_path / "sweep" / "node2"), sweep, plot=False)  # another host: not listed
+    adaptive = doc()
+    adaptive["run"] = "adaptive"
+    adaptive["settings"] = dict(adaptive["settings"], strategy="adaptive")
+    adaptive["attempts"] = adaptive["attempts"][:2]
+    R.write(str(tmp_path / "adaptive" / "node1"), adaptive, plot=False)
+    md = (tmp_path / "adaptive" / "node1" / "summary.md").read_text()
+    assert "## Runs compared" in md
+    assert "| adaptive | adaptive | latency (C=1) | s4-k1-d5 | 2 | 3 min 45 s |" in md
+    assert "| sweep | sweep | latency (C=1) | s4-k1-d5 | 4 | 7 min 30 s |" in md
+    assert md.count("| sweep | sweep |") == 1
+    # the comparison is a view: results.json does not depend on the neighbours
+    assert "comparison" not in json.loads((tmp_path / "adaptive" / "node1" / "results.json").read_text())
