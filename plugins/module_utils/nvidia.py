@@ -209,7 +209,7 @@ def query(runner, nvidia_smi):
     except ValueError as exc:
         raise NvidiaSmiError("unparsable_output", "could not parse nvidia-smi output: %s" % exc, rc=rc, output=out)
     if not gpus:
-        raise NvidiaSmiError("no_devices", "nvidia-smi lists no GPU", dict((c, h) for _, c, h in _ERRORS)["no_devices"],
+        raise NvidiaSmiError("no_devices", "nvidia-smi lists no GPU", dict((c, h) for dummy, c, h in _ERRORS)["no_devices"],
                              rc=rc, output=out)
 
     rc, out, err = runner(query_apps_argv(nvidia_smi))

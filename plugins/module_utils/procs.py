@@ -17,7 +17,6 @@ import os
 import pwd
 import re
 import signal
-import subprocess
 import time
 
 # SGLang's own sweep set (python/sglang/cli/killall.py, scripts/killall_sglang.sh) plus the
@@ -425,26 +424,26 @@ class CommandTimeout(Exception):
     pass
 
 
-def run_with_timeout(argv, timeout=None, merge_stderr=False):
-    """Run a command with a wall-clock limit: (rc, stdout, stderr) as text.
+# rc of coreutils `timeout` when the limit hit (124) or when it had to SIGKILL (128+9).
+TIMEOUT_RCS = (124, 137)
+
+
+def run_with_timeout(run_command, argv, timeout=None, merge_stderr=False, timeout_bin=None):
+    """Run a command through `run_command` (AnsibleModule.run_command) with a wall-clock
+    limit enforced by coreutils `timeout` (`timeout_bin`; no limit without it).
 
     nvidia-smi can hang for minutes when a GPU falls off the bus, so every call gets a
-    limit. A child stuck in uninterruptible sleep cannot be reaped; it is left behind
-    rather than hanging the task. Raises CommandTimeout or OSError (binary missing).
+    limit. `merge_stderr` sends stderr into stdout through `sh -c 'exec "$0" "$@" 2>&1'`
+    (arguments stay positional, nothing is parsed by the shell). Returns (rc, stdout,
+    stderr); raises CommandTimeout, or OSError when the binary cannot be run.
     """
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"
-    env["LANG"] = "C"
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=env, close_fds=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        try:
-            proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        raise CommandTimeout("%s did not finish within %s seconds" % (argv[0], timeout))
-    return proc.returncode, out.decode("utf-8", "replace"), (err or b"").decode("utf-8", "replace")
+    cmd = list(argv)
+    if merge_stderr:
+        cmd = ["/bin/sh", "-c", 'exec "$0" "$@" 2>&1'] + cmd
+    if timeout and timeout_bin:
+        cmd = [timeout_bin, "--kill-after=5", "%g" % timeout] + cmd
+    rc, out, err = run_command(cmd, environ_update={"LC_ALL": "C", "LANG": "C"}, expand_user_and_vars=False,
+                               handle_exceptions=False)
+    if timeout and timeout_bin and rc in TIMEOUT_RCS:
+        raise CommandTimeout("%s did not finish within %g seconds" % (argv[0], timeout))
+    return rc, out, err

@@ -119,7 +119,7 @@ notes:
 seealso:
   - module: blackwell.sglang.gpu_info
 author:
-  - blackwell.sglang maintainers
+  - blackwell.sglang maintainers (@blackwell)
 """
 
 EXAMPLES = r"""
@@ -187,10 +187,27 @@ would_kill:
   type: list
   elements: dict
 spared:
-  description: Matching processes or device holders that were not signalled, each with a RV(spared[].reason).
+  description: Matching processes or device holders that were not signalled, and why.
   returned: always
   type: list
   elements: dict
+  contains:
+    pid:
+      description: Process id.
+      type: int
+    cmdline:
+      description: Command line.
+      type: str
+    user:
+      description: Owner.
+      type: str
+    via:
+      description: V(pattern) or V(fuser).
+      type: str
+    reason:
+      description: Why it was spared (O(only_pids), O(exclude_pids), O(exclude_users), or the module's own process tree).
+      type: str
+      sample: not in only_pids
 survivors:
   description: Signalled pids still alive after C(SIGKILL) (typically stuck in the driver, state D).
   returned: always
@@ -509,6 +526,10 @@ def main():
     fuser_bin = procs.find_binary("fuser", module.get_bin_path)
     smi = procs.find_binary(params["nvidia_smi"], module.get_bin_path)
     command_timeout = max(10.0, min(30.0, params["timeout"] or 10.0))
+    timeout_bin = procs.find_binary("timeout", module.get_bin_path)
+
+    def run(argv, merge_stderr=False):
+        return procs.run_with_timeout(module.run_command, argv, command_timeout, merge_stderr, timeout_bin)
 
     query = None
     if smi is None:
@@ -516,7 +537,7 @@ def main():
                     % params["nvidia_smi"])
     else:
         def query():
-            return nvidia.query(lambda argv: procs.run_with_timeout(argv, command_timeout), smi)["gpus"]
+            return nvidia.query(run, smi)["gpus"]
 
     def list_holders():
         if not files:
@@ -524,8 +545,7 @@ def main():
         if fuser_bin is None:
             return procs.holders_from_proc(files)
         try:
-            rc, out, dummy = procs.run_with_timeout(procs.fuser_argv(fuser_bin, files), command_timeout,
-                                                    merge_stderr=True)
+            rc, out, dummy = run(procs.fuser_argv(fuser_bin, files), merge_stderr=True)
         except (procs.CommandTimeout, OSError):
             return procs.holders_from_proc(files)
         if rc not in (0, 1):
@@ -535,7 +555,7 @@ def main():
     fuser_kill_all = None
     if fuser_bin is not None and files:
         def fuser_kill_all(signame):
-            procs.run_with_timeout([fuser_bin, "-k", "-" + signame] + files, command_timeout, merge_stderr=True)
+            run([fuser_bin, "-k", "-" + signame] + files, merge_stderr=True)
 
     freer = GpuFreer(params, module.check_mode, module.warn, query, list_holders, fuser_kill_all)
     try:

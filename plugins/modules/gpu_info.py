@@ -65,7 +65,7 @@ notes:
 seealso:
   - module: blackwell.sglang.gpu_free
 author:
-  - blackwell.sglang maintainers
+  - blackwell.sglang maintainers (@blackwell)
 """
 
 EXAMPLES = r"""
@@ -256,14 +256,14 @@ def device_files(patterns):
     return found
 
 
-def find_holders(files, fuser_bin, timeout, proc_root="/proc"):
+def find_holders(files, fuser_bin, runner, proc_root="/proc"):
     """(holders, source, warning). fuser exits 1 when nobody holds any file."""
     if not files:
         return [], "fuser" if fuser_bin else "proc", None
     if not fuser_bin:
         return procs.holders_from_proc(files, proc_root), "proc", None
     try:
-        rc, out, dummy = procs.run_with_timeout(procs.fuser_argv(fuser_bin, files), timeout, merge_stderr=True)
+        rc, out, dummy = runner(procs.fuser_argv(fuser_bin, files), merge_stderr=True)
     except (procs.CommandTimeout, OSError) as exc:
         return procs.holders_from_proc(files, proc_root), "proc", "fuser failed (%s); read /proc instead" % exc
     holders = procs.parse_fuser(out, files)
@@ -275,7 +275,8 @@ def find_holders(files, fuser_bin, timeout, proc_root="/proc"):
 
 def gather(params, which, runner, warn):
     """The facts for `params`. `which(name)` finds a binary (None if absent),
-    `runner(argv)` runs one. Raises nvidia.NvidiaSmiError when GPUs are required."""
+    `runner(argv, merge_stderr=False) -> (rc, out, err)` runs one.
+    Raises nvidia.NvidiaSmiError when GPUs are required."""
     info = {
         "gpus": [],
         "compute_apps": [],
@@ -315,7 +316,7 @@ def gather(params, which, runner, warn):
     if params["fuser"]:
         files = device_files(params["devices"])
         info["device_files"] = files
-        holders, source, warning = find_holders(files, which("fuser"), params["timeout"])
+        holders, source, warning = find_holders(files, which("fuser"), runner)
         info["device_holders"] = holders
         info["device_holders_source"] = source
         if warning:
@@ -340,8 +341,10 @@ def main():
     def which(name):
         return procs.find_binary(name, module.get_bin_path)
 
-    def runner(argv):
-        return procs.run_with_timeout(argv, module.params["timeout"])
+    timeout_bin = which("timeout")
+
+    def runner(argv, merge_stderr=False):
+        return procs.run_with_timeout(module.run_command, argv, module.params["timeout"], merge_stderr, timeout_bin)
 
     try:
         info = gather(module.params, which, runner, module.warn)

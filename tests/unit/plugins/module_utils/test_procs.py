@@ -83,7 +83,7 @@ def test_parse_fuser_nobody_and_kernel_rows():
     assert procs.parse_fuser(text) == []
 
 
-def test_real_fuser_merged_output_parses(tmp_path):
+def test_real_fuser_merged_output_parses(tmp_path, run_command):
     """Run the real fuser (if installed) on a file that a child of this test holds."""
     fuser = "/usr/bin/fuser" if os.path.exists("/usr/bin/fuser") else "/bin/fuser"
     if not os.path.exists(fuser):
@@ -97,11 +97,13 @@ def test_real_fuser_merged_output_parses(tmp_path):
                               str(held)], stdout=subprocess.PIPE)
     try:
         child.stdout.readline()
-        rc, out, dummy = procs.run_with_timeout(procs.fuser_argv(fuser, [str(held), str(free)]), 10, merge_stderr=True)
+        rc, out, dummy = procs.run_with_timeout(run_command, procs.fuser_argv(fuser, [str(held), str(free)]), 10,
+                                                merge_stderr=True)
         holders = procs.parse_fuser(out, [str(held), str(free)])
         assert rc == 0
         assert [(h["pid"], h["devices"]) for h in holders] == [(child.pid, [str(held)])]
-        rc, out, dummy = procs.run_with_timeout(procs.fuser_argv(fuser, [str(free)]), 10, merge_stderr=True)
+        rc, out, dummy = procs.run_with_timeout(run_command, procs.fuser_argv(fuser, [str(free)]), 10,
+                                                merge_stderr=True)
         assert rc == 1
         assert procs.parse_fuser(out, [str(free)]) == []
     finally:
@@ -248,13 +250,37 @@ def test_wait_gone_returns_survivors(proc_root):
     assert now[0] >= 1.0
 
 
-def test_run_with_timeout():
-    rc, out, err = procs.run_with_timeout([sys.executable, "-c", "import sys; print('hi'); sys.stderr.write('e')"], 10)
-    assert (rc, out, err) == (0, "hi\n", "e")
-    rc, out, err = procs.run_with_timeout([sys.executable, "-c", "import sys; sys.stderr.write('e')"], 10,
-                                          merge_stderr=True)
-    assert out == "e"
+@pytest.fixture(scope="module")
+def run_command():
+    """A real AnsibleModule's run_command, so the keyword arguments are the real ones."""
+    from ansible.module_utils.basic import AnsibleModule
+    from ansible.module_utils.testing import patch_module_args
+    with patch_module_args({}):
+        return AnsibleModule(argument_spec={}).run_command
+
+
+TIMEOUT_BIN = "/usr/bin/timeout"
+
+
+def test_run_with_timeout(run_command):
+    code = "import os,sys; print(os.environ['LC_ALL'] + ' $HOME ~'); sys.stderr.write('e')"
+    rc, out, err = procs.run_with_timeout(run_command, [sys.executable, "-c", code], 10, timeout_bin=TIMEOUT_BIN)
+    assert (rc, out, err) == (0, "C $HOME ~\n", "e")  # no ~ / $VAR expansion of arguments
+    rc, out, err = procs.run_with_timeout(run_command, [sys.executable, "-c", "import sys; sys.stderr.write('e')"],
+                                          10, merge_stderr=True, timeout_bin=TIMEOUT_BIN)
+    assert (out, err) == ("e", "")
+    rc, out, err = procs.run_with_timeout(run_command, [sys.executable, "-c", "import sys; sys.exit(3)"], 10)
+    assert rc == 3
+
+
+def test_run_with_timeout_limits_a_hung_command(run_command):
+    if not os.path.exists(TIMEOUT_BIN):
+        pytest.skip("coreutils timeout is not at %s" % TIMEOUT_BIN)
     with pytest.raises(procs.CommandTimeout):
-        procs.run_with_timeout([sys.executable, "-c", "import time; time.sleep(30)"], 0.5)
+        procs.run_with_timeout(run_command, [sys.executable, "-c", "import time; time.sleep(30)"], 0.5,
+                               timeout_bin=TIMEOUT_BIN)
+
+
+def test_run_with_timeout_missing_binary(run_command):
     with pytest.raises(OSError):
-        procs.run_with_timeout(["/nonexistent/binary"], 1)
+        procs.run_with_timeout(run_command, ["/nonexistent/binary"], 1)

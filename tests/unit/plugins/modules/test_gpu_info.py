@@ -165,7 +165,12 @@ def test_gather_falls_back_to_proc_without_fuser(tmp_path, devdir):
         assert handle
         warnings = []
         which = lambda name: None if name == "fuser" else fake_nvidia_smi(tmp_path)  # noqa: E731
-        runner = lambda argv: gpu_info.procs.run_with_timeout(argv, 10)  # noqa: E731
+        from ansible.module_utils.basic import AnsibleModule
+        with patch_module_args({}):
+            run_command = AnsibleModule(argument_spec={}).run_command
+
+        def runner(argv, merge_stderr=False):
+            return gpu_info.procs.run_with_timeout(run_command, argv, 10, merge_stderr)
         info = gpu_info.gather({"nvidia_smi": "nvidia-smi", "required": True, "devices": [str(devdir / "nvidia*")],
                                 "fuser": True, "timeout": 10}, which, runner, warnings.append)
     assert info["device_holders_source"] == "proc"
