@@ -91,7 +91,7 @@ class Node:
             self._save()
         return proc
 
-    def run(self, check_mode=False, **args):
+    def run(self, check_mode=False, env=None, **args):
         args.setdefault("devices", [str(self.dev / "nvidia*")])
         args.setdefault("nvidia_smi", str(self.smi))
         args.setdefault("poll_interval", 0.1)
@@ -100,9 +100,10 @@ class Node:
             module_args["_ansible_check_mode"] = True
         path = self.tmp / ("args-%s.json" % uuid.uuid4().hex[:8])
         path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
-        env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
+        full_env = dict(os.environ, **(env or {}))
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COLLECTIONS), full_env.get("PYTHONPATH")) if p)
         done = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True, text=True,
-                              env=env, timeout=120)
+                              env=full_env, timeout=120)
         try:
             return json.loads(done.stdout)
         except ValueError:
@@ -214,8 +215,51 @@ def test_without_nvidia_smi(node):
     assert [k["pid"] for k in result["killed"]] == [proc.pid]
 
 
+# A rank stand-in that publishes its GPU memory the way the simulator's rank children do
+# (through the simulator's own helper, so the record format cannot drift from it).
+SIM_RANK = r"""
+import json, os, sys, time
+from sglang_sim import _proc
+cfg = json.loads(sys.argv[1])
+held = [open(p) for p in cfg["devices"]]
+_proc.write_proc_state(cfg["state_dir"], {
+    "pid": os.getpid(), "start_ticks": _proc.proc_start_ticks(os.getpid()), "gpu_index": cfg["gpu_index"],
+    "gpu_uuid": cfg["gpu_uuid"], "process_name": cfg["title"], "used_mib": cfg["used_mib"], "ppid": os.getppid()})
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
 def test_sim_nvidia_smi_sees_memory_freed(node, tmp_path):
-    sim_smi = ROOT / "sim" / "sglang_sim" / "nvidia_smi.py"
-    if not sim_smi.exists():
+    if not (ROOT / "sim" / "sglang_sim" / "nvidia_smi.py").exists():
         pytest.skip("the simulator's nvidia-smi (sim/sglang_sim/nvidia_smi.py) does not exist yet")
-    pytest.skip("the simulator's per-pid state format is not wired into this test yet")
+    sys.path.insert(0, str(ROOT / "sim"))
+    from sglang_sim import config as sim_config
+
+    state = tmp_path / "state"
+    env = {"PYTHONPATH": str(ROOT / "sim"), "SGLANG_SIM_CONFIG": str(tmp_path / "no-config.json"),
+           "SGLANG_SIM_STATE_DIR": str(state), "SGLANG_SIM_DEV_DIR": str(node.dev),
+           "SGLANG_SIM_PROFILE": "rtx-pro-6000-x4"}
+    gpus = sim_config.gpus(sim_config.load_settings(env))
+    ranks = []
+    for rank in (0, 1):
+        cfg = {"devices": [str(node.dev / ("nvidia%d" % rank)), str(node.dev / "nvidiactl")], "state_dir": str(state),
+               "gpu_index": rank, "gpu_uuid": gpus[rank]["uuid"], "title": "sglang::scheduler_TP%d" % rank,
+               "used_mib": 80000 + rank}
+        proc = subprocess.Popen(["bash", "-c", 'exec -a "$0" "$@"', cfg["title"], sys.executable, "-c", SIM_RANK,
+                                 json.dumps(cfg)], stdout=subprocess.PIPE, env=dict(os.environ, **env))
+        node.children.append(proc)
+        assert proc.stdout.readline().strip() == b"ready"
+        ranks.append(proc)
+    smi = tmp_path / "sim-nvidia-smi"
+    smi.write_text('#!/bin/sh\nexec %s -m sglang_sim.nvidia_smi "$@"\n' % sys.executable)
+    smi.chmod(0o755)
+    # the module's environment carries the sim settings, as the config file would on a node
+    result = node.run(env=env, only_pids=[p.pid for p in ranks], nvidia_smi=str(smi), grace_period=1.0, timeout=15)
+    assert not result.get("failed"), result
+    before = dict((g["index"], g["memory_used_mib"]) for g in result["memory_before"])
+    assert before[0] >= 80000 and before[1] >= 80001
+    assert all(g["memory_used_mib"] < 80000 for g in result["memory_after"])
+    assert sorted(k["pid"] for k in result["killed"]) == sorted(p.pid for p in ranks)
+    assert result["seconds_to_free"] is not None
