@@ -299,8 +299,8 @@ def _public(item):
 class GpuFreer:
     """The whole procedure, with every effect injectable so it can run on a fake /proc.
 
-    query()            -> list of GPU dicts (nvidia.parse_gpus shape); raises NvidiaSmiError;
-                          None when nvidia-smi is absent.
+    query()            -> nvidia.query()'s dict (gpus, compute_apps, ...); raises
+                          NvidiaSmiError; None instead of a callable when nvidia-smi is absent.
     list_holders()     -> list of holder dicts (procs.parse_fuser shape).
     fuser_kill_all(s)  -> signal every holder of the device files with signal name `s`
                           (`fuser -k -s`), or None when fuser is absent.
@@ -321,6 +321,7 @@ class GpuFreer:
         self.protected = procs.ancestors(self_pid if self_pid is not None else os.getpid(), proc_root)
         self.memory_checked = query is not None
         self.last_smi_error = None
+        self.last_apps = []
 
     # -- observation ----------------------------------------------------------------------
 
@@ -328,7 +329,7 @@ class GpuFreer:
         if not self.memory_checked:
             return None
         try:
-            gpus = self.query()
+            facts = self.query()
         except nvidia.NvidiaSmiError as exc:
             self.last_smi_error = exc.describe()
             return None
@@ -336,7 +337,8 @@ class GpuFreer:
             self.last_smi_error = str(exc)
             return None
         self.last_smi_error = None
-        return gpus
+        self.last_apps = facts.get("compute_apps") or []
+        return facts["gpus"]
 
     def _select(self, candidates):
         return procs.select_targets(
@@ -379,7 +381,13 @@ class GpuFreer:
 
     def _signal_each(self, targets, signame, killed):
         for target in targets:
-            if procs.send_signal(target["pid"], signame, target.get("starttime"), self.proc_root, self.kill):
+            try:
+                sent = procs.send_signal(target["pid"], signame, target.get("starttime"), self.proc_root, self.kill)
+            except PermissionError:
+                # Another user's process without root: report it, keep going with the rest.
+                killed[target["pid"]]["error"] = "permission denied sending SIG%s (run the task with become)" % signame
+                continue
+            if sent:
                 killed[target["pid"]]["signal"] = signame
 
     def run(self):
@@ -438,9 +446,13 @@ class GpuFreer:
             survivors = set(result["survivors"])
             for pid in sorted(killed):
                 entry = killed[pid]
+                if entry.get("error") and entry["signal"] is None:
+                    result["spared"].append(_public(dict(entry, reason=entry.pop("error"))))
+                    continue
                 if entry["signal"] is None:
                     continue  # it was gone before we got to it
                 entry["exited"] = pid not in survivors
+                entry.pop("error", None)
                 result["killed"].append(_public(entry))
             result["changed"] = bool(result["killed"])
 
@@ -480,8 +492,11 @@ class GpuFreer:
     def describe_busy(self, busy, remaining, holders, result):
         parts = []
         for gpu in busy:
-            parts.append("GPU %s uses %s MiB (idle_memory_mib is %s)"
-                         % (gpu["index"], gpu["memory_used_mib"], self.p["idle_memory_mib"]))
+            apps = ["%s %s %s MiB" % (a["pid"], a["process_name"], a["used_memory_mib"])
+                    for a in self.last_apps if a.get("gpu_index") == gpu["index"]]
+            parts.append("GPU %s uses %s MiB (idle_memory_mib is %s)%s"
+                         % (gpu["index"], gpu["memory_used_mib"], self.p["idle_memory_mib"],
+                            ", compute apps: " + ", ".join(apps) if apps else ""))
         for holder in remaining:
             parts.append("pid %s (%s, user %s) holds %s%s" % (
                 holder["pid"], holder.get("command") or "?", holder.get("user") or "?",
@@ -537,7 +552,7 @@ def main():
                     % params["nvidia_smi"])
     else:
         def query():
-            return nvidia.query(run, smi)["gpus"]
+            return nvidia.query(run, smi)
 
     def list_holders():
         if not files:

@@ -34,6 +34,7 @@ class FakeNode:
         self.sent = []
         self.ignores_term = set()
         self.unkillable = set()
+        self.foreign = set()  # owned by another user, and we are not root
         self.memory = {}  # pid -> (gpu index, MiB)
         self.devices = {}  # pid -> [device paths]
         self.fuser_kills = []
@@ -59,6 +60,8 @@ class FakeNode:
         self.devices.pop(pid, None)
 
     def kill(self, pid, sig):
+        if pid in self.foreign:
+            raise PermissionError(1, "Operation not permitted")
         self.sent.append((pid, sig))
         if pid in self.unkillable:
             return
@@ -76,8 +79,11 @@ class FakeNode:
         used = {0: 0, 1: 0}
         for gpu, mib in self.memory.values():
             used[gpu] += mib
-        return [{"index": i, "uuid": "GPU-%d" % i, "memory_used_mib": used[i], "memory_total_mib": 97887}
+        gpus = [{"index": i, "uuid": "GPU-%d" % i, "memory_used_mib": used[i], "memory_total_mib": 97887}
                 for i in (0, 1)]
+        apps = [{"pid": pid, "process_name": "python3", "used_memory_mib": mib, "gpu_uuid": "GPU-%d" % gpu,
+                 "gpu_index": gpu} for pid, (gpu, mib) in sorted(self.memory.items())]
+        return {"gpus": gpus, "compute_apps": apps}
 
     def holders(self):
         return [{"pid": pid, "user": "root", "command": "python3", "access": "F", "devices": devs}
@@ -165,7 +171,7 @@ def test_unkillable_times_out_with_a_clear_message(node):
     ok, result, msg = freer(node, grace_period=1.0, timeout=5.0).run()
     assert not ok
     assert result["survivors"] == [301]
-    assert "GPU 0 uses 90000 MiB" in msg
+    assert "GPU 0 uses 90000 MiB (idle_memory_mib is 0), compute apps: 301 python3 90000 MiB" in msg
     assert "pid 301" in msg and "/dev/nvidia0" in msg
     assert "survived SIGKILL" in msg
     assert "set fuser_kill: true" in msg
@@ -253,6 +259,17 @@ def test_nvidia_smi_failing_at_start_disables_memory_check(node):
     assert ok, msg
     assert result["memory_checked"] is False
     assert "GPU memory is not checked" in f.warnings[0]
+
+
+def test_permission_denied_is_reported_not_raised(node):
+    crashed_tp2(node)
+    node.foreign.add(302)
+    ok, result, msg = freer(node, timeout=1.0).run()
+    assert not ok
+    assert sorted(k["pid"] for k in result["killed"]) == [301, 303]
+    spared = dict((s["pid"], s["reason"]) for s in result["spared"])
+    assert "permission denied" in spared[302] and "become" in spared[302]
+    assert "pid 302" in msg and "GPU 1 uses 90000 MiB" in msg
 
 
 def test_recycled_pid_is_not_signalled(node):
