@@ -200,7 +200,7 @@ def test_timeout_names_what_still_holds_the_gpu(node):
     result = node.run(only_pids=[allowed.pid], grace_period=0.5, timeout=1.5)
     assert result["failed"] is True
     assert result["changed"] is True and [k["pid"] for k in result["killed"]] == [allowed.pid]
-    assert "GPU 1 uses 3000 MiB" in result["msg"]
+    assert "GPU 1 uses 3000 MiB (idle_memory_mib is 0), compute apps: %d python3 3000 MiB" % blocker.pid in result["msg"]
     assert "pid %d" % blocker.pid in result["msg"] and str(node.dev / "nvidia1") in result["msg"]
     assert "GPU 0" not in result["msg"]
     assert blocker.poll() is None
