@@ -1,0 +1,118 @@
+"""The node after the service scenario: steps=3 serving, the unit and its secrets in place, and
+no process outside the unit holding a (fake) GPU."""
+
+import json
+
+import pytest
+
+UNIT = "/etc/systemd/system/sglang-qwen.service"
+ENV_FILE = "/etc/sglang/qwen.env"
+KEY = "molecule-test-key-not-secret"
+
+
+def _settings(host):
+    for line in host.file(UNIT).content_string.splitlines():
+        if line.startswith("# sglang-settings: "):
+            return json.loads(line[len("# sglang-settings: "):])
+    pytest.fail("no sglang-settings comment in the unit")
+
+
+def test_unit_file_mode_and_owner(host):
+    unit = host.file(UNIT)
+    assert unit.exists and unit.is_file
+    assert unit.user == "root" and unit.group == "root"
+    assert unit.mode == 0o644
+
+
+def test_unit_runs_steps3_with_release_flags(host):
+    content = host.file(UNIT).content_string
+    exec_line = [line for line in content.splitlines() if line.startswith("ExecStart=")][0]
+    assert exec_line.startswith("ExecStart=/opt/sglang/venv/bin/python -m sglang_sim.launch_server ")
+    for words in ("--speculative-num-steps 3", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 4",
+                  "--speculative-algorithm NEXTN", "--tp-size 4", "--port 30000", "--api-key ${SGLANG_API_KEY}"):
+        assert words in exec_line, words
+    # The side effect's steps=10 try rendered these; the final unit must not keep them.
+    assert "--cuda-graph-max-bs" not in exec_line
+    assert "SGLANG_SIM_ORPHANS" not in content
+    assert "KillMode=control-group" in content
+    assert "User=sglang" in content and "Restart=on-failure" in content
+    settings = _settings(host)
+    assert settings["speculative_num_steps"] == 3
+    assert settings["speculative_num_draft_tokens"] == 4
+    assert settings["max_running_requests_effective"] == 48
+
+
+def test_api_key_only_in_the_environment_file(host):
+    assert KEY not in host.file(UNIT).content_string
+    env = host.file(ENV_FILE)
+    assert env.exists
+    assert env.user == "root" and env.group == "root"
+    assert env.mode == 0o600
+    assert env.content_string.strip() == "SGLANG_API_KEY='%s'" % KEY
+    assert "EnvironmentFile=%s" % ENV_FILE in host.file(UNIT).content_string
+
+
+def test_previous_unit_kept_for_rollback(host):
+    prev = host.file("/etc/sglang/sglang-qwen.service.prev")
+    assert prev.exists
+    assert prev.content_string != host.file(UNIT).content_string
+    # No timestamped template backups left in systemd's unit directory.
+    leftovers = host.run("ls /etc/systemd/system | grep -c 'sglang-qwen.service.*~' || true").stdout.strip()
+    assert leftovers == "0"
+
+
+def test_service_user(host):
+    user = host.user("sglang")
+    assert user.exists
+    assert user.shell == "/usr/sbin/nologin"
+    assert user.home == "/var/lib/sglang"
+    assert user.uid < 1000  # a system account
+
+
+def test_service_active_enabled_and_listening(host):
+    svc = host.service("sglang-qwen")
+    assert svc.is_running
+    assert svc.is_enabled
+    assert host.socket("tcp://127.0.0.1:30000").is_listening
+
+
+def test_server_requires_the_key_and_generates(host):
+    body = '{"text": "hi", "sampling_params": {"max_new_tokens": 2, "ignore_eos": true}}'
+    py = ("import sys, urllib.request, urllib.error\n"
+          "def go(h):\n"
+          "    r = urllib.request.Request('http://127.0.0.1:30000/generate', data=sys.argv[1].encode(), headers=h)\n"
+          "    try:\n"
+          "        return urllib.request.urlopen(r, timeout=30).getcode()\n"
+          "    except urllib.error.HTTPError as e:\n"
+          "        return e.code\n"
+          "print(go({'Content-Type': 'application/json'}),"
+          " go({'Content-Type': 'application/json', 'Authorization': 'Bearer %s'}))\n" % KEY)
+    out = host.run("python3 -c %s %s", py, body)
+    assert out.rc == 0, out.stderr
+    without, with_key = out.stdout.split()
+    assert with_key == "200"
+    assert without == "401"
+
+
+def test_no_process_outside_the_unit_holds_a_gpu(host):
+    holders = host.run("fuser /dev/nvidia* 2>/dev/null").stdout.split()
+    pids = sorted({int(p.rstrip("cefFrm")) for p in holders if p.rstrip("cefFrm").isdigit()})
+    assert pids, "the serving ranks should hold the devices"
+    for pid in pids:
+        cgroup = host.file("/proc/%d/cgroup" % pid).content_string
+        assert "sglang-qwen.service" in cgroup, (pid, cgroup)
+
+
+def test_gpu_reset_left_no_hold_behind(host):
+    assert not host.file("/run/systemd/system/sglang-qwen.service.d").exists
+
+
+def test_sim_install(host):
+    assert host.file("/usr/local/bin/nvidia-smi").is_symlink
+    cfg = json.loads(host.file("/etc/sglang-sim/config.json").content_string)
+    assert cfg["profile"] == "rtx-pro-6000-x4"
+    assert host.file("/run/sglang-sim").mode == 0o1777
+    facts = json.loads(host.file("/etc/ansible/facts.d/sglang_install.fact").content_string)
+    assert facts["gpu_count"] == 4
+    assert facts["backend"] == "sim"
+    assert all(g["compute_cap"] for g in facts["gpus"])
