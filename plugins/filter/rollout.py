@@ -1,0 +1,601 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Decisions of the fleet rollout (role ``rollout``, playbook ``rollout.yml``) as pure functions.
+
+The role only moves data: render the unit, restart, wait, benchmark, roll back. Everything it has
+to decide is here so that it can be tested without a fleet:
+
+rollout_requested
+    the setting to roll out, from the operator's extra vars or from a tuning run's winner.
+rollout_tuned_setting
+    the winner of an ``mtp_tune`` run, read from the text of one or more ``results.json``.
+rollout_unit_settings
+    what a rendered (or hand-written) unit runs, read back from its text.
+rollout_smoke_check
+    whether a short ``sglang_bench`` run clears the floors (absolute, or within X% of the tuned figure).
+rollout_budget
+    whether the fleet's failure budget (``rollout_max_fail_percentage``) is spent.
+rollout_summary / rollout_summary_markdown
+    the fleet summary written on the controller.
+
+Outcomes of a node (``OUTCOMES``)::
+
+    updated          new unit, ready, smoke bench passed
+    unchanged        the unit already had the setting; serving, smoke bench passed
+    would_update     check mode: the unit would change (nothing touched)
+    rolled_back      new setting failed (start or smoke bench); previous unit restored and serving
+    failed           the node failed and was not rolled back (no previous unit, or the unit did
+                     not change so there was nothing to roll back to); see ``serving``
+    rollback_failed  new setting failed and the previous unit did not come back either
+    unreachable      the node did not answer when its turn came; nothing was touched
+    skipped          the failure budget was spent before its batch; nothing was touched
+    in_progress      its turn started but no outcome was recorded (run interrupted)
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import math
+import re
+import shlex
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover - only for running the pure functions without ansible
+    class AnsibleFilterError(Exception):
+        pass
+
+
+SCHEMA = 1
+OUTCOMES = ("updated", "unchanged", "would_update", "rolled_back", "failed", "rollback_failed",
+            "unreachable", "skipped", "in_progress")
+# Outcomes that spend the failure budget: the new setting was tried and did not hold.
+FAILED_OUTCOMES = ("rolled_back", "failed", "rollback_failed")
+# The node is at the requested setting (or would be, in check mode).
+DONE_OUTCOMES = ("updated", "unchanged")
+
+SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+             "speculative_num_draft_tokens")
+# Overrides a tuning winner may carry (the fit ladder's smaller CUDA graphs / fewer requests).
+OVERRIDE_KEYS = ("cuda_graph_max_bs", "max_running_requests")
+
+_SETTINGS_LINE = re.compile(r"^#\s*sglang-settings:\s*(\{.*\})\s*$", re.M)
+# Flags of a hand-written unit (SGLang releases before and after the 0.5.23 renames).
+_FLAG_KEYS = {
+    "--speculative-algorithm": "speculative_algorithm",
+    "--speculative-num-steps": "speculative_num_steps",
+    "--speculative-eagle-topk": "speculative_eagle_topk",
+    "--speculative-num-draft-tokens": "speculative_num_draft_tokens",
+    "--tp-size": "tp_size",
+    "--tensor-parallel-size": "tp_size",
+    "--tp": "tp_size",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
+    "--max-running-requests": "max_running_requests",
+    "--kv-cache-dtype": "kv_cache_dtype",
+    "--mem-fraction-static": "mem_fraction_static",
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _set(value):
+    return value is not None and not (isinstance(value, str) and value.strip() in ("", "None", "null"))
+
+
+def _int(value, what, low=None):
+    """Strict integer; extra vars arrive as strings, YAML booleans are refused."""
+    if isinstance(value, bool):
+        raise AnsibleFilterError("%s must be an integer, got %r" % (what, value))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif isinstance(value, str) and re.match(r"^\s*[+-]?[0-9]+\s*$", value):
+        value = int(value)
+    if not isinstance(value, int):
+        raise AnsibleFilterError("%s must be an integer, got %r" % (what, value))
+    if low is not None and value < low:
+        raise AnsibleFilterError("%s must be >= %d, got %d" % (what, low, value))
+    return value
+
+
+def _num(value):
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(out) or math.isinf(out):
+        return None
+    return out
+
+
+def _opt_num(value, what, low=0.0):
+    """Optional non-negative number (None/'' = not set)."""
+    if not _set(value):
+        return None
+    out = _num(value)
+    if out is None or out < low:
+        raise AnsibleFilterError("%s must be a number >= %s, got %r" % (what, low, value))
+    return out
+
+
+def _conc_key(value):
+    return str(_int(value, "concurrency", 1))
+
+
+def setting_label(setting):
+    """Short human label: 'steps=4 topk=1 draft=5 [cuda_graph_max_bs=64]'."""
+    if not setting:
+        return "-"
+    if setting.get("speculative_algorithm") in (None, "") and setting.get("speculative_num_steps") is None:
+        head = "no speculation"
+    else:
+        head = "steps=%s topk=%s draft=%s" % (setting.get("speculative_num_steps"),
+                                             setting.get("speculative_eagle_topk"),
+                                             setting.get("speculative_num_draft_tokens"))
+    extra = ["%s=%s" % (k, setting[k]) for k in OVERRIDE_KEYS if setting.get(k) is not None]
+    return head + (" [%s]" % ", ".join(extra) if extra else "")
+
+
+# --------------------------------------------------------------------------- what to roll out
+
+def rollout_requested(steps=None, topk=None, draft_tokens=None, tuned=None):
+    """The setting to roll out, validated, in the service role's vocabulary.
+
+    Either ``steps`` (optionally ``topk`` / ``draft_tokens``, from ``-e sglang_speculative_*``) or
+    ``tuned`` (the result of :func:`rollout_tuned_setting`, from ``-e mtp_tune_from=...``), not
+    both: two sources for one number is how the wrong one gets rolled out.
+
+    Returns ``{"speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+    "overrides": {...}, "source": "extra_vars"|"mtp_tune", "tuned": {C: figures}|None,
+    "label"}``. ``draft_tokens`` is derived as steps + 1 for topk 1 (what SGLang forces anyway).
+    """
+    manual = any(_set(v) for v in (steps, topk, draft_tokens))
+    if manual and tuned:
+        raise AnsibleFilterError(
+            "give either sglang_speculative_num_steps (and _eagle_topk/_num_draft_tokens) or mtp_tune_from, "
+            "not both")
+    if not manual and not tuned:
+        raise AnsibleFilterError(
+            "nothing to roll out: pass -e sglang_speculative_num_steps=N (optionally _eagle_topk, "
+            "_num_draft_tokens) or -e mtp_tune_from=<results dir of a tune_mtp.yml run>")
+    if tuned:
+        steps, topk, draft_tokens = tuned.get("steps"), tuned.get("topk"), tuned.get("draft_tokens")
+        overrides = dict((k, v) for k, v in (tuned.get("overrides") or {}).items() if k in OVERRIDE_KEYS)
+        source, figures = "mtp_tune", tuned.get("figures") or {}
+    else:
+        if not _set(steps):
+            raise AnsibleFilterError("sglang_speculative_num_steps is required when _eagle_topk or "
+                                     "_num_draft_tokens is given")
+        overrides, source, figures = {}, "extra_vars", None
+    steps = _int(steps, "sglang_speculative_num_steps", 1)
+    topk = _int(topk, "sglang_speculative_eagle_topk", 1) if _set(topk) else 1
+    if _set(draft_tokens):
+        draft = _int(draft_tokens, "sglang_speculative_num_draft_tokens", 1)
+    elif topk == 1:
+        draft = steps + 1
+    else:
+        raise AnsibleFilterError("sglang_speculative_num_draft_tokens is required when eagle_topk > 1 "
+                                 "(it cannot be derived from steps)")
+    if topk == 1 and draft != steps + 1:
+        raise AnsibleFilterError(
+            "with eagle_topk 1 the draft tokens are steps + 1 (%d), got %d: SGLang would silently "
+            "change it" % (steps + 1, draft))
+    for key, value in overrides.items():
+        if value is not None:
+            overrides[key] = _int(value, key, 1)
+    out = {
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft,
+        "overrides": overrides,
+        "source": source,
+        "tuned": figures,
+    }
+    if tuned:
+        out["tuned_from"] = {"path": tuned.get("path"), "host": tuned.get("host"), "run": tuned.get("run"),
+                             "key": tuned.get("key"), "decided_by": tuned.get("decided_by")}
+    label = dict(out)
+    label.update(overrides)
+    out["label"] = setting_label(label)
+    return out
+
+
+def _winning_attempt(doc, winner):
+    key, overrides = winner.get("key"), winner.get("overrides") or {}
+    found = None
+    for att in doc.get("attempts") or []:
+        if not isinstance(att, dict) or att.get("status") != "ok":
+            continue
+        cand = att.get("candidate") or {}
+        att_key = att.get("key") or cand.get("key")
+        if att_key == key and (att.get("overrides") or {}) == overrides:
+            found = att  # a resumed run may hold several; the last one is the freshest
+    return found
+
+
+def _figures(level):
+    level = level if isinstance(level, dict) else {}
+    dec = level.get("decode_tps_per_request")
+    dec = dec.get("mean") if isinstance(dec, dict) else level.get("decode_tps_mean")
+    return {"decode_tps_mean": _num(dec), "output_throughput": _num(level.get("output_throughput")),
+            "completed": _num(level.get("completed")), "failed": _num(level.get("failed"))}
+
+
+def rollout_tuned_setting(docs, host=None):
+    """The winner of a tuning run, from the text of its ``results.json`` file(s).
+
+    ``docs``: a list of ``{"path": str, "text": str}`` (one per host the run tuned). ``host``:
+    take the winner of that tuned host only. Several hosts with different winners are refused
+    unless ``host`` picks one: a rollout carries one setting.
+
+    Returns ``{"steps", "topk", "draft_tokens", "key", "overrides", "figures": {C: {decode_tps_mean,
+    output_throughput, ...}}, "path", "host", "run", "decided_by"}``.
+    """
+    if isinstance(docs, dict):
+        docs = [docs]
+    if not docs:
+        raise AnsibleFilterError("mtp_tune_from: no results.json found there; point it at the results "
+                                 "directory of a tune_mtp.yml run (or at one host's directory in it)")
+    winners, problems = [], []
+    for item in docs:
+        path = item.get("path", "results.json")
+        try:
+            doc = json.loads(item.get("text") or "")
+        except ValueError as exc:
+            problems.append("%s is not valid JSON (%s)" % (path, exc))
+            continue
+        if not isinstance(doc, dict) or doc.get("schema") != 1 or not isinstance(doc.get("attempts"), list):
+            problems.append("%s is not a tune_mtp.yml results file (schema 1 with attempts)" % path)
+            continue
+        if host and doc.get("host") != host:
+            continue
+        win = doc.get("winner")
+        if not isinstance(win, dict) or not isinstance(win.get("candidate"), dict):
+            problems.append("%s has no winner (no candidate served and benchmarked)" % path)
+            continue
+        cand = win["candidate"]
+        try:
+            steps = _int(cand.get("steps"), "%s winner steps" % path, 1)
+            topk = _int(cand.get("topk"), "%s winner topk" % path, 1)
+            draft = _int(cand.get("draft_tokens"), "%s winner draft_tokens" % path, 1)
+        except AnsibleFilterError as exc:
+            problems.append(str(exc))
+            continue
+        key = win.get("key") or cand.get("key") or "s%d-k%d-d%d" % (steps, topk, draft)
+        overrides = dict((k, v) for k, v in (win.get("overrides") or {}).items() if v is not None)
+        att = _winning_attempt(doc, dict(win, key=key))
+        figures = dict((str(c), _figures(lvl)) for c, lvl in ((att or {}).get("metrics") or {}).items()
+                       if str(c).isdigit())
+        winners.append({"steps": steps, "topk": topk, "draft_tokens": draft, "key": key,
+                        "overrides": overrides, "figures": figures, "path": path, "host": doc.get("host"),
+                        "run": doc.get("run"), "decided_by": win.get("decided_by")})
+    if not winners:
+        why = "; ".join(problems) if problems else "no results file for host %s" % host
+        raise AnsibleFilterError("mtp_tune_from: no usable winner (%s)" % why)
+    distinct = {}
+    for w in winners:
+        distinct.setdefault((w["key"], json.dumps(w["overrides"], sort_keys=True)), []).append(w)
+    if len(distinct) > 1:
+        raise AnsibleFilterError(
+            "mtp_tune_from holds different winners per host (%s); a rollout carries one setting: pick one "
+            "with rollout_mtp_tune_host=<host> or point mtp_tune_from at that host's directory" %
+            "; ".join("%s on %s" % (k[0], ", ".join(str(w["host"]) for w in ws)) for k, ws in sorted(distinct.items())))
+    return winners[0]
+
+
+# --------------------------------------------------------------------------- reading a unit
+
+def rollout_unit_settings(text):
+    """What a unit runs, from its text (None when there is no unit).
+
+    Units rendered by the service role carry a ``# sglang-settings: {json}`` comment: that is read
+    first, as it does not depend on any release's flag names. A hand-written unit (the operator's
+    own, before the collection took over) is read from its ExecStart flags instead.
+    """
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    match = _SETTINGS_LINE.search(text)
+    if match:
+        try:
+            out = json.loads(match.group(1))
+        except ValueError:
+            out = None
+        if isinstance(out, dict):
+            out["read_from"] = "settings_comment"
+            return out
+    # Hand-written unit: ExecStart may continue over backslash-newlines.
+    joined = re.sub(r"\\\n", " ", text)
+    exec_line = None
+    for line in joined.splitlines():
+        if line.strip().startswith("ExecStart="):
+            exec_line = line.strip()[len("ExecStart="):].lstrip("-@:+!")
+    if exec_line is None:
+        return {"read_from": "unreadable"}
+    try:
+        words = shlex.split(exec_line)
+    except ValueError:
+        words = exec_line.split()
+    out = dict((k, None) for k in SPEC_KEYS)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag, _eq, inline = word.partition("=")
+        key = _FLAG_KEYS.get(flag)
+        if key:
+            value = inline if _eq else (words[i + 1] if i + 1 < len(words) else None)
+            if not _eq:
+                i += 1
+            if value is not None and re.match(r"^[0-9]+$", value):
+                value = int(value)
+            out[key] = value
+        i += 1
+    if out.get("speculative_algorithm"):
+        out["speculative_algorithm"] = str(out["speculative_algorithm"]).upper()
+        if out.get("speculative_num_steps") is not None and out.get("speculative_eagle_topk") is None:
+            out["speculative_eagle_topk"] = 1
+        if (out.get("speculative_num_draft_tokens") is None and out.get("speculative_eagle_topk") == 1
+                and isinstance(out.get("speculative_num_steps"), int)):
+            out["speculative_num_draft_tokens"] = out["speculative_num_steps"] + 1
+    out["read_from"] = "exec_start"
+    return out
+
+
+def rollout_at_setting(current, requested):
+    """Whether a unit's settings (rollout_unit_settings) already match the requested setting."""
+    if not current or not requested:
+        return False
+    for key in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+        if current.get(key) != requested.get(key):
+            return False
+    for key, value in (requested.get("overrides") or {}).items():
+        if current.get(key) != value:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- smoke bench
+
+def rollout_smoke_check(bench, concurrency, min_tok_s=None, min_aggregate_tok_s=None, tuned=None,
+                        max_regression_pct=None):
+    """Whether a smoke bench clears its floors.
+
+    ``bench``: ``sglang_bench``'s fact (levels keyed by concurrency string; a ``levels`` list is
+    accepted too). ``concurrency``: the levels asked for; the first is the low one (C=1).
+
+    Floors, each only when set:
+    - ``min_tok_s``: per-request decode tok/s at the low level (the operator's "tok/s at C=1");
+    - ``min_aggregate_tok_s``: aggregate output tok/s at the highest level;
+    - ``tuned`` + ``max_regression_pct``: at every level the tuning run measured too, the same two
+      figures may be at most X% below the tuned ones (the smoke bench is short, so X should cover
+      its noise).
+    Any failed request, or a level that is missing, fails the check.
+
+    Returns ``{"ok", "reasons": [...], "checks": [{level, figure, value, floor, ok, basis}],
+    "figures": {C: {decode_tps_mean, output_throughput, completed, failed}}}``.
+    """
+    levels = [_conc_key(c) for c in (concurrency or [])]
+    if not levels:
+        raise AnsibleFilterError("rollout_smoke_concurrency must list at least one level")
+    min_tok_s = _opt_num(min_tok_s, "rollout_min_tok_s")
+    min_agg = _opt_num(min_aggregate_tok_s, "rollout_min_aggregate_tok_s")
+    regression = _opt_num(max_regression_pct, "rollout_max_regression_pct")
+    if regression is not None and regression >= 100:
+        raise AnsibleFilterError("rollout_max_regression_pct must be below 100, got %r" % max_regression_pct)
+    bench = bench if isinstance(bench, dict) else {}
+    by_c = dict((k, v) for k, v in bench.items() if str(k).isdigit())
+    for lvl in bench.get("levels") or []:
+        if isinstance(lvl, dict) and lvl.get("concurrency") is not None:
+            by_c.setdefault(str(lvl["concurrency"]), lvl)
+    figures, checks, reasons = {}, [], []
+    for c in levels:
+        if c not in by_c:
+            reasons.append("level C=%s missing from the smoke bench" % c)
+            continue
+        fig = _figures(by_c[c])
+        figures[c] = fig
+        if fig["failed"]:
+            reasons.append("C=%s: %d request(s) failed" % (c, int(fig["failed"])))
+        if not fig["completed"]:
+            reasons.append("C=%s: no request completed" % c)
+
+    def check(level, figure, floor, basis):
+        if floor is None or level not in figures:
+            return
+        value = figures[level][figure]
+        ok = value is not None and value >= floor
+        checks.append({"level": int(level), "figure": figure, "value": value, "floor": round(floor, 3),
+                       "ok": ok, "basis": basis})
+        if not ok:
+            reasons.append("C=%s %s %s below the floor %.1f (%s)" % (
+                level, figure, "n/a" if value is None else "%.1f" % value, floor, basis))
+
+    low, high = levels[0], levels[-1]
+    check(low, "decode_tps_mean", min_tok_s, "rollout_min_tok_s")
+    check(high, "output_throughput", min_agg, "rollout_min_aggregate_tok_s")
+    if tuned and regression is not None:
+        keep = 1.0 - regression / 100.0
+        for c in levels:
+            ref = (tuned or {}).get(c) or {}
+            for figure in ("decode_tps_mean", "output_throughput"):
+                if c == low and figure == "output_throughput" and len(levels) > 1:
+                    continue  # at C=1 both figures say the same; the per-request one is the headline
+                if c != low and figure == "decode_tps_mean":
+                    continue  # at high C the aggregate is what the operator tuned for
+                ref_value = _num(ref.get(figure))
+                if ref_value:
+                    check(c, figure, ref_value * keep, "within %g%% of the tuned %.1f" % (regression, ref_value))
+    return {"ok": not reasons, "reasons": reasons, "checks": checks, "figures": figures}
+
+
+# --------------------------------------------------------------------------- failure budget
+
+def rollout_budget(results, total, max_fail_percentage=0, count_unreachable=False):
+    """Whether the fleet's failure budget is spent.
+
+    The budget is a share of the whole fleet (every host the rollout targets), like Ansible's
+    ``max_fail_percentage``: the rollout stops when failed / total x 100 is *greater* than it.
+    0 stops at the first failure; 100 never stops. ``failed`` counts nodes whose new setting did
+    not hold (rolled back, failed, rollback failed); unreachable nodes only with
+    ``count_unreachable``, since the setting never reached them.
+
+    Returns ``{"total", "failed", "allowed", "spent", "max_fail_percentage", "failed_hosts"}``.
+    """
+    total = _int(total, "number of hosts", 0)
+    pct = _num(max_fail_percentage)
+    if pct is None or pct < 0 or pct > 100:
+        raise AnsibleFilterError("rollout_max_fail_percentage must be a number from 0 to 100, got %r"
+                                 % (max_fail_percentage,))
+    counted = FAILED_OUTCOMES + (("unreachable",) if count_unreachable else ())
+    failed_hosts = sorted(r.get("host") for r in (results or []) if isinstance(r, dict)
+                          and r.get("outcome") in counted)
+    failed = len(failed_hosts)
+    spent = total > 0 and failed * 100.0 > pct * total
+    return {"total": total, "failed": failed, "allowed": int(math.floor(pct * total / 100.0 + 1e-9)),
+            "spent": spent, "max_fail_percentage": pct, "failed_hosts": failed_hosts}
+
+
+# --------------------------------------------------------------------------- summary
+
+def rollout_summary(results, hosts, requested=None, budget=None, run=None, check_mode=False):
+    """The fleet summary: one row per targeted host, in inventory order.
+
+    ``results``: the per-node records the role set (any order; hosts without one are ``skipped``
+    or, when ``run.in_progress`` names them, ``in_progress``). ``run``: ``{"id", "started",
+    "finished", "in_progress": [hosts], "serial", "summary_dir"}``.
+    """
+    run = dict(run or {})
+    by_host = dict((r.get("host"), r) for r in (results or []) if isinstance(r, dict) and r.get("host"))
+    started = set(run.get("in_progress") or [])
+    nodes = []
+    for host in hosts or []:
+        rec = by_host.get(host)
+        if rec is None:
+            outcome = "in_progress" if host in started else "skipped"
+            rec = {"host": host, "outcome": outcome, "serving": "unknown" if outcome == "in_progress" else "old"}
+        rec = dict(rec)
+        if rec.get("outcome") not in OUTCOMES:
+            raise AnsibleFilterError("host %s has unknown rollout outcome %r" % (host, rec.get("outcome")))
+        nodes.append(rec)
+    counts = dict((o, 0) for o in OUTCOMES)
+    for rec in nodes:
+        counts[rec["outcome"]] += 1
+    counts = dict((k, v) for k, v in counts.items() if v)
+    done = sum(counts.get(o, 0) for o in DONE_OUTCOMES)
+    if check_mode:
+        complete = False
+        status = "check_mode"
+    else:
+        complete = bool(nodes) and done == len(nodes)
+        status = "complete" if complete else ("stopped_by_failure_budget" if (budget or {}).get("spent")
+                                              else "incomplete")
+    return {
+        "schema": SCHEMA,
+        "run": run,
+        "requested": requested,
+        "status": status,
+        "complete": complete,
+        "budget": budget,
+        "counts": counts,
+        "nodes": nodes,
+    }
+
+
+def _fig(value, digits=0):
+    if value is None:
+        return "-"
+    return ("%%.%df" % digits) % value
+
+
+def _smoke_cell(rec):
+    smoke = rec.get("smoke") or {}
+    figs = smoke.get("figures") or {}
+    if not figs:
+        return "-"
+    parts = []
+    for c in sorted(figs, key=lambda x: int(x)):
+        f = figs[c]
+        parts.append("C%s %s/%s" % (c, _fig(f.get("decode_tps_mean")), _fig(f.get("output_throughput"))))
+    return " · ".join(parts) + (" ✓" if smoke.get("ok") else " ✗")
+
+
+def _md_escape(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def rollout_summary_markdown(summary):
+    """The summary as a Markdown page: header, one table row per node, then failure details."""
+    run = summary.get("run") or {}
+    req = summary.get("requested") or {}
+    budget = summary.get("budget") or {}
+    out = ["# SGLang rollout %s" % (run.get("id") or ""), ""]
+    out.append("- setting: **%s** (from %s)" % (req.get("label") or setting_label(req), req.get("source") or "-"))
+    src = req.get("tuned_from") or {}
+    if src.get("path"):
+        out.append("- tuned on %s, run %s (%s)" % (src.get("host"), src.get("run"), src.get("path")))
+    counts = ", ".join("%s %d" % (k, v) for k, v in sorted((summary.get("counts") or {}).items()))
+    out.append("- status: **%s**%s" % (summary.get("status"), " (%s)" % counts if counts else ""))
+    if budget:
+        out.append("- failure budget: %s of %s nodes failed, %s allowed (max_fail_percentage %g)%s" % (
+            budget.get("failed"), budget.get("total"), budget.get("allowed"),
+            budget.get("max_fail_percentage") or 0, ", spent" if budget.get("spent") else ""))
+    if run.get("serial") is not None:
+        out.append("- batches: serial %s" % run.get("serial"))
+    if run.get("started"):
+        out.append("- started %s, finished %s" % (run.get("started"), run.get("finished") or "-"))
+    out += ["", "Smoke figures: per-request decode tok/s / aggregate output tok/s per concurrency level.", "",
+            "| node | outcome | old setting | new setting | serving | smoke | note |",
+            "|---|---|---|---|---|---|---|"]
+    for rec in summary.get("nodes") or []:
+        note = rec.get("failure_class") or ""
+        if rec.get("reason"):
+            note = (note + ": " if note else "") + rec["reason"]
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            _md_escape(rec.get("host")), rec.get("outcome"), _md_escape(setting_label(rec.get("old"))),
+            _md_escape(setting_label(rec.get("new"))), rec.get("serving") or "-", _smoke_cell(rec),
+            _md_escape(note)[:200]))
+    failed = [r for r in summary.get("nodes") or [] if r.get("journal_tail")]
+    if failed:
+        out += ["", "## Journal tails of failed starts", ""]
+        for rec in failed:
+            out += ["### %s (%s)" % (rec.get("host"), rec.get("failure_class") or "unknown"), "", "```"]
+            out += [str(line) for line in (rec.get("journal_tail") or [])[-20:]]
+            out += ["```", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def rollout_summary_json(summary):
+    """Stable JSON text (sorted keys, no NaN) of the summary."""
+    def clean(node):
+        if isinstance(node, float) and (math.isnan(node) or math.isinf(node)):
+            return None
+        if isinstance(node, dict):
+            return dict((str(k), clean(v)) for k, v in node.items())
+        if isinstance(node, (list, tuple)):
+            return [clean(v) for v in node]
+        return node
+    return json.dumps(clean(summary), indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
+
+
+class FilterModule(object):
+    """Rollout decisions (see the module docstring)."""
+
+    def filters(self):
+        return {
+            "rollout_requested": rollout_requested,
+            "rollout_tuned_setting": rollout_tuned_setting,
+            "rollout_unit_settings": rollout_unit_settings,
+            "rollout_at_setting": rollout_at_setting,
+            "rollout_smoke_check": rollout_smoke_check,
+            "rollout_budget": rollout_budget,
+            "rollout_summary": rollout_summary,
+            "rollout_summary_markdown": rollout_summary_markdown,
+            "rollout_summary_json": rollout_summary_json,
+            "rollout_setting_label": setting_label,
+        }
