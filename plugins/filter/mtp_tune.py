@@ -560,6 +560,27 @@ def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=No
     return out
 
 
+def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
+                    noise=0.015, previous=None, now=None):
+    """The winner as stored in results.json (compact), or None.
+
+    ``decided_at`` is kept from ``previous`` (the stored winner) when the same setting still
+    wins, so a re-run that changes nothing also writes nothing new.
+    """
+    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    w = best["winner"]
+    if w is None:
+        return None
+    cand = dict((k, w["candidate"][k]) for k in ("steps", "topk", "draft_tokens"))
+    out = {"key": w["key"], "candidate": cand, "overrides": w["overrides"] or {}, "score": w["score"],
+           "decided_by": best["decided_by"], "tied": best["tied"],
+           "runner_up": best["runner_up"]["key"] if best["runner_up"] else None, "decided_at": now}
+    prev = previous if isinstance(previous, dict) else {}
+    if prev.get("key") == out["key"] and (prev.get("overrides") or {}) == out["overrides"] and prev.get("decided_at"):
+        out["decided_at"] = prev["decided_at"]
+    return out
+
+
 def mtp_tune_verify(level_metrics, tuned, objective="latency", tolerance=0.05, noise=0.015):
     """Whether a smoke bench after converging is within noise of the tuned figure.
 
@@ -621,6 +642,7 @@ class FilterModule(object):
             "mtp_tune_score": mtp_tune_score,
             "mtp_tune_rank": mtp_tune_rank,
             "mtp_tune_pick_best": mtp_tune_pick_best,
+            "mtp_tune_winner": mtp_tune_winner,
             "mtp_tune_next": mtp_tune_next,
             "mtp_tune_fit_ladder": mtp_tune_fit_ladder,
             "mtp_tune_measured": mtp_tune_measured,

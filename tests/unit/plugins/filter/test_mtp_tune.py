@@ -255,6 +255,18 @@ def test_pick_best_uses_last_successful_attempt_of_a_candidate():
     assert best["winner"]["overrides"] == {"cuda_graph_max_bs": 64}
 
 
+def test_winner_record_is_compact_and_keeps_decided_at_when_unchanged():
+    atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None}) for c in F.mtp_tune_candidates([3, 4, 5])]
+    w = F.mtp_tune_winner(atts, "latency", now="2026-12-02T15:00:00Z")
+    assert w["key"] == "s4-k1-d5" and w["candidate"] == {"steps": 4, "topk": 1, "draft_tokens": 5}
+    assert w["decided_at"] == "2026-12-02T15:00:00Z" and w["runner_up"] == "s5-k1-d6" and "s5-k1-d6" in w["tied"]
+    again = F.mtp_tune_winner(atts, "latency", previous=w, now="2026-12-03T09:00:00Z")
+    assert again == w
+    thr = F.mtp_tune_winner(atts, "throughput", previous=w, now="2026-12-03T09:00:00Z")
+    assert thr["key"] == "s3-k1-d4" and thr["decided_at"] == "2026-12-03T09:00:00Z"
+    assert F.mtp_tune_winner([], "latency") is None
+
+
 # ---------------------------------------------------------------------------- fit ladder
 
 def test_fit_ladder_halves_graph_bs_then_running_requests():
