@@ -131,6 +131,9 @@ PROFILES = {
         "power_cap_w": 700,
         "idle_power_w": 129,
         "pci_bus_base": 0x06,
+        # The captured node (tests/fixtures/nvidia-h200) is a VM: device 06 on bus 00.
+        "pci_bus_fmt": "00000000:00:%02X.0",
+        "uuids": ["GPU-0c659456-f90b-dc4f-2d09-40552f47d00c"],
     },
     "h200-x8": {
         "name": "NVIDIA H200",
@@ -155,10 +158,11 @@ def gpus(settings):
     out = []
     for i in range(count):
         digest = hashlib.sha256(("%s/%d" % (settings["profile"], i)).encode()).digest()
+        pinned = prof.get("uuids", [])
         out.append({
             "index": i,
             # Stable per profile and index, so a restarted node keeps its UUIDs.
-            "uuid": "GPU-" + str(uuid.UUID(bytes=digest[:16])),
+            "uuid": pinned[i] if i < len(pinned) else "GPU-" + str(uuid.UUID(bytes=digest[:16])),
             "name": prof["name"],
             "memory_mib": mem,
             "reserved_mib": prof["reserved_mib"],
@@ -167,7 +171,7 @@ def gpus(settings):
             "cuda_version": prof["cuda_version"],
             "power_cap_w": prof["power_cap_w"],
             "idle_power_w": prof["idle_power_w"],
-            "pci_bus_id": "00000000:%02X:00.0" % (prof["pci_bus_base"] + i),
+            "pci_bus_id": prof.get("pci_bus_fmt", "00000000:%02X:00.0") % (prof["pci_bus_base"] + i),
         })
     return out
 

@@ -65,10 +65,11 @@ def kv_bytes_per_token(model, tp_size, kv_cache_dtype, speculative):
     return layers * heads * model["head_dim"] * 2 * KV_DTYPE_BYTES[kv_cache_dtype]
 
 
-def plan(gpu, model, args, draft_model=None):
+def plan(gpu, model, args, draft_model=None, other_used_mib=0.0):
     """Memory plan of one rank. Returns a dict; raises OOMError when init would fail.
 
-    gpu: dict with memory_mib and reserved_mib; args: resolved server args.
+    gpu: dict with memory_mib and reserved_mib; args: resolved server args;
+    other_used_mib: memory other processes (e.g. orphaned ranks) already hold on it.
     """
     total = gpu["memory_mib"]
     tp = args["tp_size"]
@@ -83,10 +84,17 @@ def plan(gpu, model, args, draft_model=None):
     p = {"total_mib": total, "mem_fraction_static": frac, "speculative": spec,
          "draft_tokens": draft_tokens, "cuda_graph_max_bs": max_bs}
     p["context_mib"] = CONTEXT_MIB + (NCCL_MIB_TP if tp > 1 else 0)
-    p["avail_begin_mib"] = total - gpu["reserved_mib"] - p["context_mib"]
+    p["other_used_mib"] = other_used_mib
+    p["avail_begin_mib"] = total - gpu["reserved_mib"] - other_used_mib - p["context_mib"]
     target, draft = weights_mib(model, tp, spec, draft_model)
     p["weights_mib"] = target
     p["draft_weights_mib"] = draft
+    if target + draft > p["avail_begin_mib"]:
+        free = max(p["avail_begin_mib"], 0) / 1024
+        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of "
+               "%.2f GiB of which %.2f GiB is free." % (min(target + draft, 1024) / 1024 + free,
+                                                        total / 1024, free))
+        raise OOMError("weights", msg, p)
     p["avail_after_weights_mib"] = p["avail_begin_mib"] - target - draft
     rest = p["avail_after_weights_mib"] - total * (1 - frac)
     p["pool_budget_mib"] = rest

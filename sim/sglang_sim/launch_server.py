@@ -1,0 +1,340 @@
+"""``python -m sglang_sim.launch_server <sglang 0.5.23 flags>``: a simulated SGLang server.
+
+Startup follows SGLang's: parse and resolve arguments, spawn one scheduler process per
+TP rank plus a detokenizer, let each rank load weights / allocate pools / capture CUDA
+graphs (memory.py decides whether that fits), then start the HTTP server, warm up and
+log "The server is fired up and ready to roll!". A rank that fails logs "Scheduler hit
+an exception" and SIGQUITs this process, which logs SGLang's crash chain and kills the
+process tree (SIGKILL, so systemd sees status=9/KILL).
+"""
+
+import asyncio
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import sglang_sim
+from sglang_sim import _proc, config, memory, perf, server_args
+from sglang_sim.scheduler import Scheduler
+from sglang_sim.server import Server
+
+
+def log(msg):
+    _proc.log(msg)
+
+
+def _fail_args(exc):
+    """A resolution error: print the exception line SGLang's traceback ends with."""
+    if exc.hint:
+        sys.stderr.write("sglang_sim: %s\n" % exc.hint)
+    line = exc.exc_type + (": " + exc.message if exc.message else "")
+    sys.stderr.write("Traceback (most recent call last):\n"
+                     '  File "sglang/launch_server.py", in <module>\n'
+                     '  File "sglang/srt/server_args.py", in prepare_server_args\n%s\n' % line)
+    sys.exit(1)
+
+
+def _check_model_path(path):
+    """Local paths must exist; HF ids must be in the sim catalog (nodes are offline)."""
+    if path.startswith(("/", "./", "../", "~")):
+        expanded = os.path.expanduser(path)
+        if not os.path.exists(expanded):
+            return ("huggingface_hub.errors.HFValidationError: Repo id must be in the form "
+                    "'repo_name' or 'namespace/repo_name': '%s'. Use `repo_type` argument if "
+                    "needed." % path)
+        return None
+    if path in config.CATALOG:
+        return None
+    if os.path.isdir(path):
+        return None
+    return ("OSError: %s is not a local folder and is not a valid model identifier listed on "
+            "'https://huggingface.co/models'\nIf this is a private repository, make sure to pass "
+            "a token having permission to this repo either by logging in with `hf auth login` or "
+            "by passing `token=<your_token>`" % path)
+
+
+def _ensure_devices(dev_dir, count):
+    """Fake device files: created in a sim dev dir, never in the real /dev."""
+    names = ["nvidia%d" % i for i in range(count)] + ["nvidiactl", "nvidia-uvm"]
+    missing = [n for n in names if not os.path.exists(os.path.join(dev_dir, n))]
+    if not missing:
+        return None
+    if os.path.realpath(dev_dir) == "/dev":
+        return "No CUDA GPUs are available"
+    os.makedirs(dev_dir, exist_ok=True)
+    for n in missing:
+        with open(os.path.join(dev_dir, n), "wb") as fh:
+            fh.write(b"\0" * 4096)
+    return None
+
+
+def _other_used(settings, gpus):
+    used = {g["index"]: 0.0 for g in gpus}
+    for rec in _proc.read_live_procs(settings["state_dir"]):
+        if rec.get("gpu_index") in used:
+            used[rec["gpu_index"]] += float(rec.get("used_mib", 0))
+    return used
+
+
+class Launcher(object):
+    def __init__(self, args, settings, warnings):
+        self.args = args
+        self.settings = settings
+        self.warnings = warnings
+        self.children = []  # (role, rank, Popen)
+        self.ready = set()
+        self.failed = False
+        self.scale = settings["time_scale"]
+        self.loop = None
+        self.done = None
+        self.srv = None
+        self.http = None
+        self.sched = None
+
+    # -------------------------------------------------------------- processes
+    def spawn(self, title, cfg):
+        env = dict(os.environ)
+        pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(sglang_sim.__file__)))
+        env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        cfg = dict(cfg, title=title, parent_pid=os.getpid())
+        # argv[0] is the process title: /proc/<pid>/cmdline starts with it, like setproctitle.
+        # The settings travel on stdin so that `ps` shows a short command line.
+        proc = subprocess.Popen([title, "-m", "sglang_sim._rank"],
+                                executable=sys.executable, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, close_fds=True)
+        proc.stdin.write(json.dumps(cfg).encode())
+        proc.stdin.close()
+        return proc
+
+    def kill_tree(self, include_self=True):
+        """kill_process_tree: SIGKILL children (unless the orphan fault is on), then self."""
+        if not self.settings["orphans"]:
+            for _, _, proc in self.children:
+                try:
+                    proc.kill()
+                except OSError:
+                    pass
+            for _, _, proc in self.children:
+                try:
+                    proc.wait(timeout=2)
+                except Exception:
+                    pass
+                _proc.remove_proc_state(self.settings["state_dir"], proc.pid)
+        if include_self:
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_sigquit(self):
+        log("Received sigquit from a child process. It usually means the child failed.")
+        if self.srv is None or self.srv.status == "Starting":
+            time.sleep(0.5 * min(self.scale, 1.0) + 0.1)
+            for role, rank, proc in self.children:
+                code = proc.poll()
+                if role == "scheduler" and code is not None:
+                    log("Rank %d scheduler died during initialization (exit code: %d). If exit code "
+                        "is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep "
+                        "-i oom` to check." % (rank, code))
+                    break
+        self.kill_tree()
+
+    def on_child_output(self, rank, proc):
+        line = proc.stdout.readline()
+        if not line:
+            self.loop.remove_reader(proc.stdout.fileno())
+            if rank not in self.ready and not self.failed:
+                # Died without a word (e.g. SIGKILLed by the OOM killer or an operator).
+                self.failed = True
+                code = proc.wait()
+                log("Rank %d scheduler died during initialization (exit code: %d). If exit code is "
+                    "-9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` "
+                    "to check." % (rank, code))
+                self.kill_tree()
+            return
+        status = line.decode().strip()
+        if status == "ready":
+            self.ready.add(rank)
+            if len(self.ready) == len(self.children) and not self.done.done():
+                self.done.set_result(True)
+        elif status == "failed":
+            self.failed = True
+
+    # -------------------------------------------------------------- main flow
+    async def run(self):
+        a, s = self.args, self.settings
+        self.loop = asyncio.get_event_loop()
+        self.done = self.loop.create_future()
+        self.loop.add_signal_handler(signal.SIGQUIT, self.on_sigquit)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self.on_term)
+
+        gpus = config.gpus(s)
+        tp = a["tp_size"]
+        model_key, model = config.lookup_model(a["model_path"])
+        draft = None
+        if a.get("speculative_draft_model_path"):
+            _, draft = config.lookup_model(a["speculative_draft_model_path"])
+        others = _other_used(s, gpus)
+        os.makedirs(s["state_dir"], exist_ok=True)
+        dev_error = _ensure_devices(s["dev_dir"], len(gpus))
+        context_len = a["context_length"] or model["context_length"]
+        spec = a["speculative_algorithm"] is not None
+        capture_bs = server_args.capture_batch_sizes(a["cuda_graph_max_bs_decode"], spec)
+        plan0 = None
+        for rank in range(tp):
+            cfg = {"role": "scheduler", "rank": rank, "state_dir": s["state_dir"],
+                   "dev_dir": s["dev_dir"], "time_scale": self.scale,
+                   "load_seconds": s["load_seconds"], "orphans": s["orphans"],
+                   "log_prefix": " TP%d" % rank if tp > 1 else "",
+                   "arch": model["architectures"][0], "capture_bs": capture_bs,
+                   "disable_cuda_graph": a["disable_cuda_graph"],
+                   "chunked_prefill_size": a["chunked_prefill_size"],
+                   "max_running_requests": a["max_running_requests"] or 2048,
+                   "context_len": context_len}
+            if rank >= len(gpus):
+                cfg.update(device_error="CUDA error: invalid device ordinal", gpu_index=rank,
+                           gpu_uuid="", plan={}, gpu_total_mib=0, gpu_reserved_mib=0, devices=[])
+            else:
+                g = gpus[rank]
+                cfg.update(gpu_index=rank, gpu_uuid=g["uuid"], gpu_total_mib=g["memory_mib"],
+                           gpu_reserved_mib=g["reserved_mib"],
+                           devices=["nvidia%d" % rank, "nvidiactl", "nvidia-uvm"])
+                if dev_error:
+                    cfg["device_error"] = dev_error
+                try:
+                    p = memory.plan(g, model, a, draft, other_used_mib=others[rank])
+                    cfg["plan"] = p
+                except memory.OOMError as exc:
+                    cfg["plan"] = exc.plan
+                    fill = dict(mamba_mib=0.0, spec_buffer_mib=0.0, kv_mib=0.0,
+                                max_total_num_tokens=0, graph_mib=0.0, mamba_slots=0)
+                    for k, v in fill.items():
+                        cfg["plan"].setdefault(k, v)
+                    if exc.kind == "weights":
+                        cfg["device_error"] = "torch.OutOfMemoryError: " + exc.message
+                    cfg["fail"] = {"kind": exc.kind, "message": exc.message}
+                    p = cfg["plan"]
+                if plan0 is None:
+                    plan0 = p
+            title = "sglang::scheduler_TP%d" % rank if tp > 1 else "sglang::scheduler"
+            proc = self.spawn(title, cfg)
+            self.children.append(("scheduler", rank, proc))
+        det = self.spawn("sglang::detokenizer", {"role": "detokenizer", "state_dir": s["state_dir"],
+                                                  "orphans": s["orphans"], "time_scale": self.scale})
+        self.children.append(("detokenizer", -1, det))
+        for role, rank, proc in self.children:
+            self.loop.add_reader(proc.stdout.fileno(), self.on_child_output, rank, proc)
+
+        await self.done  # all ranks ready (failures end the process via SIGQUIT/kill_tree)
+
+        factor = perf.speed_factor(s["profile"], model["params"], tp)
+        mrr = a["max_running_requests"] or min(2048, max(1, plan0["max_total_num_tokens"] // 4096) * 8)
+        self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
+                               plan0["max_total_num_tokens"], factor, self.scale, s["seed"],
+                               context_len)
+        self.sched.start()
+        self.srv = Server(a, self.sched, s, plan0, time.time())
+        log("INFO:     Started server process [%d]" % os.getpid())
+        log("INFO:     Waiting for application startup.")
+        log("INFO:     Application startup complete.")
+        try:
+            self.http = await asyncio.start_server(self.srv.handle, a["host"], a["port"],
+                                                   reuse_address=True, limit=1 << 20, backlog=1024)
+        except OSError as exc:
+            log("ERROR:    [Errno %d] error while attempting to bind on address %r: %s"
+                % (exc.errno or 0, (a["host"], a["port"]), _strerror(exc)))
+            log("INFO:     Waiting for application shutdown.")
+            log("INFO:     Application shutdown complete.")
+            self.kill_tree(include_self=False)
+            return 1
+        log("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (a["host"], a["port"]))
+        if not a["skip_server_warmup"]:
+            await self.warmup()
+        else:
+            self.srv.status = "Up"
+        log("The server is fired up and ready to roll!")
+        self.stop = self.loop.create_future()
+        await self.stop
+        return 0
+
+    async def warmup(self):
+        from sglang_sim.scheduler import Request
+        from sglang_sim import tokenizer
+        ids = tokenizer.encode("The capital city of France is")
+        req = Request(self.sched.new_rid(), ids, 8, False, 0.0, True, self.sched.seed,
+                      log_metrics=False, steps=self.sched.steps)
+        self.sched.submit(req)
+        await req.done
+        log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        self.srv.status = "Up"
+
+    def on_term(self):
+        # uvicorn's graceful shutdown, then SGLang's kill_process_tree(include_parent=False).
+        log("INFO:     Shutting down")
+        if self.srv is not None:
+            self.srv.status = "Shutdown"
+        if self.http is not None:
+            self.http.close()
+        log("INFO:     Waiting for application shutdown.")
+        log("INFO:     Application shutdown complete.")
+        log("INFO:     Finished server process [%d]" % os.getpid())
+        for _, _, proc in self.children:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        for _, _, proc in self.children:
+            try:
+                proc.wait(timeout=2)
+            except Exception:
+                pass
+            _proc.remove_proc_state(self.settings["state_dir"], proc.pid)
+        stop = getattr(self, "stop", None)
+        if stop is not None and not stop.done():
+            stop.set_result(True)
+        else:
+            os._exit(0)
+
+
+def _strerror(exc):
+    if exc.errno == errno.EADDRINUSE:
+        return "address already in use"
+    return (exc.strerror or str(exc)).lower()
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    ns = server_args.parse(argv)  # argparse: exit 2 with "sglang serve: error: ..."
+    try:
+        settings = config.load_settings()
+    except config.SimConfigError as exc:
+        sys.stderr.write("sglang_sim: %s\n" % exc)
+        return 2
+    gpus = config.gpus(settings)
+    try:
+        args, warnings = server_args.resolve(ns, gpus[0]["memory_mib"] if gpus else 0)
+    except server_args.ArgsError as exc:
+        _fail_args(exc)
+    err = _check_model_path(args["model_path"])
+    if err:
+        sys.stderr.write("Traceback (most recent call last):\n"
+                         '  File "sglang/srt/server_args.py", in prepare_server_args\n%s\n' % err)
+        return 1
+    for w in warnings:
+        log(w)
+    shown = ", ".join("%s=%r" % (k, v if k != "api_key" or v is None else "<redacted>")
+                      for k, v in args.items() if not k.startswith("_"))
+    log("server_args=ServerArgs(%s)" % shown)
+    launcher = Launcher(args, settings, warnings)
+    try:
+        return asyncio.run(launcher.run())
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

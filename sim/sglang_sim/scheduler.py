@@ -1,0 +1,290 @@
+"""The decode loop: continuous batching paced in (scaled) real time by perf.py.
+
+One asyncio task. Each iteration either prefills newly admitted requests (each
+gets its first token) or runs one speculative decode step over all running
+requests: the step takes perf.step_time_ms(batch, steps) (with seeded noise) times
+the time scale, and each request gains 1 + accepted drafts tokens. Outputs are
+handed to per-request sinks synchronously at the end of each step, so a step with
+256 streams costs 256 cheap callbacks and no task switches.
+"""
+
+import asyncio
+import collections
+import random
+import time
+
+from sglang_sim import perf, tokenizer
+
+HIST_BUCKETS_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                     2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0)
+HIST_BUCKETS_ITL = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
+                    0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0)
+HIST_BUCKETS_E2E = (0.1, 0.25, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0,
+                    120.0, 160.0, 200.0, 300.0, 400.0, 600.0, 1200.0, 1800.0, 2400.0)
+
+
+class Histogram(object):
+    def __init__(self, buckets):
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, v):
+        self.sum += v
+        self.count += 1
+        for i, b in enumerate(self.buckets):
+            if v <= b:
+                self.counts[i] += 1
+                return
+        self.counts[-1] += 1
+
+
+class Request(object):
+    __slots__ = (
+        "rid", "input_ids", "prompt_len", "max_new", "ignore_eos", "temperature", "alpha",
+        "natural_len", "output_ids", "text", "ids_str", "verify_ct", "correct_drafts",
+        "hist", "created", "first_token_at", "last_token_at", "finished", "finish_reason",
+        "sink", "done", "rng", "log_metrics", "cached_tokens", "stop_ids", "aborted",
+    )
+
+    def __init__(self, rid, input_ids, max_new, ignore_eos, temperature, realistic,
+                 seed, sink=None, log_metrics=True, steps=0, stop_ids=()):
+        self.rid = rid
+        self.input_ids = input_ids
+        self.prompt_len = len(input_ids)
+        self.max_new = max_new
+        self.ignore_eos = ignore_eos
+        self.temperature = temperature
+        self.alpha = perf.acceptance_alpha(temperature, realistic)
+        self.rng = random.Random("%s/%s" % (seed, rid))
+        # Without ignore_eos the fake model ends its answer at a drawn length.
+        self.natural_len = None if ignore_eos else self.rng.randint(24, 480)
+        self.output_ids = []
+        self.text = ""
+        self.ids_str = ""
+        self.verify_ct = 0
+        self.correct_drafts = 0
+        self.hist = [0] * (steps + 1)
+        self.created = time.time()
+        self.first_token_at = None
+        self.last_token_at = None
+        self.finished = False
+        self.finish_reason = None
+        self.sink = sink
+        self.done = asyncio.get_event_loop().create_future()
+        self.log_metrics = log_metrics
+        self.cached_tokens = 0
+        self.stop_ids = stop_ids
+        self.aborted = False
+
+    def add_tokens(self, ids):
+        self.output_ids.extend(ids)
+        pieces = "".join(tokenizer.piece(i) for i in ids)
+        if not self.text:
+            pieces = pieces.lstrip(" ")
+        self.text += pieces
+        joined = ",".join(str(i) for i in ids)
+        self.ids_str = joined if not self.ids_str else self.ids_str + "," + joined
+        return pieces
+
+
+class Scheduler(object):
+    def __init__(self, max_running_requests, steps, draft_tokens, token_capacity,
+                 factor, time_scale, seed, context_len):
+        self.mrr = max_running_requests
+        self.steps = steps or 0
+        self.draft_tokens = draft_tokens or 1
+        self.capacity = token_capacity
+        self.factor = factor
+        self.scale = time_scale
+        self.seed = seed
+        self.context_len = context_len
+        self.rng = random.Random("sched/%s" % seed)
+        self.waiting = collections.deque()
+        self.running = []
+        self.wake = asyncio.Event()
+        self.task = None
+        self.next_rid = 0
+        # lifetime counters (metrics and /server_info)
+        self.spec_accepted_tokens = 0
+        self.spec_verify_forwards = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.num_requests_total = 0
+        self.spec_verify_calls_total = 0
+        self.last_gen_throughput = 0.0
+        self.window_tokens = 0
+        self.window_start = time.time()
+        self.window_steps = 0
+        self.window_accept = (0, 0)
+        self.last_accept_length = None
+        self.ttft = Histogram(HIST_BUCKETS_TTFT)
+        self.itl = Histogram(HIST_BUCKETS_ITL)
+        self.e2e = Histogram(HIST_BUCKETS_E2E)
+        self.last_receive = time.time()
+
+    def start(self):
+        self.task = asyncio.ensure_future(self._loop())
+
+    def new_rid(self):
+        self.next_rid += 1
+        return "%032x" % random.Random("%s/%d" % (self.seed, self.next_rid)).getrandbits(128)
+
+    def submit(self, req):
+        if req.log_metrics:
+            self.num_requests_total += 1
+            self.prompt_tokens_total += req.prompt_len
+        self.waiting.append(req)
+        self.wake.set()
+
+    def abort(self, req):
+        if req.finished:
+            return
+        req.aborted = True
+        req.finished = True
+        req.finish_reason = {"type": "abort", "message": "Abort before prefill"}
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+        if not req.done.done():
+            req.done.set_result(req)
+
+    def idle(self):
+        return not self.running and not self.waiting
+
+    def reset_spec_metrics(self):
+        self.spec_accepted_tokens = 0
+        self.spec_verify_forwards = 0
+        self.last_accept_length = None
+
+    def avg_accept_length(self):
+        if not self.spec_verify_forwards:
+            return None
+        return self.spec_accepted_tokens / float(self.spec_verify_forwards)
+
+    def _tokens_in_use(self):
+        return sum(r.prompt_len + r.max_new for r in self.running)
+
+    async def _sleep_until(self, deadline):
+        delay = deadline - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _loop(self):
+        deadline = time.monotonic()
+        while True:
+            if self.idle():
+                self.wake.clear()
+                await self.wake.wait()
+                deadline = time.monotonic()
+            # Admission (prefill has priority, like SGLang's default schedule policy).
+            new = []
+            used = self._tokens_in_use()
+            while self.waiting and len(self.running) + len(new) < self.mrr:
+                req = self.waiting[0]
+                need = req.prompt_len + req.max_new
+                if self.running or new:
+                    if used + need > self.capacity:
+                        break
+                self.waiting.popleft()
+                used += need
+                new.append(req)
+            if new:
+                ms = perf.prefill_time_ms(sum(r.prompt_len for r in new), self.factor)
+                deadline = max(deadline, time.monotonic()) + ms / 1000.0 * self.scale
+                await self._sleep_until(deadline)
+                now = time.time()
+                self.last_receive = now
+                for req in new:
+                    if req.finished:
+                        continue
+                    tok = self._next_token(req)
+                    self._emit(req, [tok], now)
+                    if not req.finished:
+                        self.running.append(req)
+                continue
+            if not self.running:
+                continue
+            batch = len(self.running)
+            ms = perf.noisy(self.rng, perf.step_time_ms(batch, self.steps, self.factor))
+            deadline = max(deadline, time.monotonic() - 0.05) + ms / 1000.0 * self.scale
+            await self._sleep_until(deadline)
+            now = time.time()
+            self.last_receive = now
+            steps = self.steps
+            step_tokens = 0
+            for req in list(self.running):
+                if req.finished:
+                    continue
+                acc = perf.draw_accepted(req.rng, steps, req.alpha) if steps else 0
+                n = 1 + acc
+                ids = [self._next_token(req) for _ in range(n)]
+                if steps:
+                    req.verify_ct += 1
+                    req.correct_drafts += acc
+                    req.hist[acc] += 1
+                    if req.log_metrics:
+                        self.spec_accepted_tokens += n
+                        self.spec_verify_forwards += 1
+                step_tokens += n
+                self._emit(req, ids, now)
+            if steps:
+                self.spec_verify_calls_total += 1
+            self.running = [r for r in self.running if not r.finished]
+            self.window_steps += 1
+            self.window_tokens += step_tokens
+            if self.window_steps >= 40:
+                wall = max(now - self.window_start, 1e-9)
+                self.last_gen_throughput = self.window_tokens / wall * self.scale
+                self.window_steps = 0
+                self.window_tokens = 0
+                self.window_start = now
+
+    def _next_token(self, req):
+        return req.rng.randrange(tokenizer.FIRST_WORD_ID, 150000)
+
+    def _emit(self, req, ids, now):
+        """Append ids (cut at max_new_tokens / EOS) and notify the request's sink."""
+        remaining = req.max_new - len(req.output_ids)
+        ids = ids[:remaining]
+        finish = None
+        if req.natural_len is not None:
+            left = max(req.natural_len - len(req.output_ids), 1)
+            if left <= len(ids):
+                ids = ids[:left - 1] + [tokenizer.EOS_TOKEN_ID]
+                finish = {"type": "stop", "matched": tokenizer.EOS_TOKEN_ID}
+        if finish is None and len(req.output_ids) + len(ids) >= req.max_new:
+            finish = {"type": "length", "length": req.max_new}
+        if ids and ids[-1] == tokenizer.EOS_TOKEN_ID:
+            # EOS is not part of the visible text.
+            visible = ids[:-1]
+        else:
+            visible = ids
+        if req.first_token_at is None:
+            req.first_token_at = now
+            if req.log_metrics:
+                self.ttft.observe((now - req.created) / self.scale)
+        elif req.log_metrics and ids:
+            gap = (now - req.last_token_at) / self.scale / len(ids)
+            for _ in ids:
+                self.itl.observe(gap)
+        req.last_token_at = now
+        delta = req.add_tokens(visible) if visible else ""
+        if len(ids) != len(visible):
+            req.output_ids.append(tokenizer.EOS_TOKEN_ID)
+        if req.log_metrics:
+            self.generation_tokens_total += len(ids)
+        if finish is not None:
+            req.finished = True
+            req.finish_reason = finish
+            if req.log_metrics:
+                self.e2e.observe((now - req.created) / self.scale)
+        if req.sink is not None:
+            try:
+                req.sink(req, delta, len(ids))
+            except Exception:  # a broken client must not stop the loop
+                req.sink = None
+        if req.finished and not req.done.done():
+            req.done.set_result(req)
