@@ -263,3 +263,108 @@ def test_sim_nvidia_smi_sees_memory_freed(node, tmp_path):
     assert all(g["memory_used_mib"] < 80000 for g in result["memory_after"])
     assert sorted(k["pid"] for k in result["killed"]) == sorted(p.pid for p in ranks)
     assert result["seconds_to_free"] is not None
+
+
+# Runs a command as a child subreaper: when the simulated server is SIGKILLed, its orphaned
+# ranks are reparented here (not to PID 1) and reaped once gpu_free ends them.
+REAPER = r"""
+import ctypes, os, signal, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+server = subprocess.Popen(sys.argv[1:], stdout=open(os.environ["SIM_LOG"], "w"), stderr=subprocess.STDOUT)
+print(server.pid, flush=True)
+signal.signal(signal.SIGTERM, lambda *a: os._exit(0))
+while True:
+    try:
+        os.waitpid(-1, 0)
+    except ChildProcessError:
+        time.sleep(0.1)
+"""
+
+
+def _children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path("/proc/%s/stat" % entry).read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry))
+    return sorted(out)
+
+
+def test_crashed_simulated_server_end_to_end(node, tmp_path):
+    """The operator's failure: a --tp-size 2 server crashes and its ranks (SGLANG_SIM_ORPHANS=1)
+    keep GPU memory and /dev/nvidia* held. gpu_info sees them; gpu_free, allowed only these
+    pids, ends them and the simulator's nvidia-smi shows the memory back at 0."""
+    if not (ROOT / "sim" / "sglang_sim" / "launch_server.py").exists() or \
+            not (ROOT / "sim" / "sglang_sim" / "nvidia_smi.py").exists():
+        pytest.skip("the simulator (sim/sglang_sim/launch_server.py, nvidia_smi.py) is not in this checkout yet")
+    import socket
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    simdev = tmp_path / "simdev"
+    simdev.mkdir()
+    env = {"PYTHONPATH": str(ROOT / "sim"), "SGLANG_SIM_CONFIG": str(tmp_path / "no-config.json"),
+           "SGLANG_SIM_STATE_DIR": str(tmp_path / "simstate"), "SGLANG_SIM_DEV_DIR": str(simdev),
+           "SGLANG_SIM_PROFILE": "rtx-pro-6000-x4", "SGLANG_SIM_TIME_SCALE": "0.01",
+           "SGLANG_SIM_LOAD_SECONDS": "1", "SGLANG_SIM_ORPHANS": "1", "SIM_LOG": str(tmp_path / "server.log")}
+    reaper = subprocess.Popen([sys.executable, "-c", REAPER, sys.executable, "-m", "sglang_sim.launch_server",
+                               "--model-path", "Qwen/Qwen3-8B", "--tp-size", "2", "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.PIPE, env=dict(os.environ, **env))
+    node.children.append(reaper)
+    server = int(reaper.stdout.readline())
+    ranks = []
+    try:
+        deadline = time.monotonic() + 60
+        while "ready to roll" not in (tmp_path / "server.log").read_text():
+            assert time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-2000:]
+            time.sleep(0.2)
+        ranks = _children(server)
+        assert len(ranks) == 3  # scheduler_TP0, scheduler_TP1, detokenizer
+        os.kill(server, signal.SIGKILL)  # the crash
+        time.sleep(0.3)
+        assert _children(reaper.pid) == ranks  # orphaned, still alive
+
+        smi = tmp_path / "sim-nvidia-smi"
+        smi.write_text('#!/bin/sh\nexec %s -m sglang_sim.nvidia_smi "$@"\n' % sys.executable)
+        smi.chmod(0o755)
+        info = subprocess.run([sys.executable, str(ROOT / "plugins" / "modules" / "gpu_info.py"),
+                               str(_args(tmp_path, {"nvidia_smi": str(smi), "devices": [str(simdev / "nvidia*")]}))],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, **dict(env, PYTHONPATH=os.pathsep.join(
+                                  [str(COLLECTIONS), str(ROOT / "sim")]))))
+        facts = json.loads(info.stdout)["ansible_facts"]["gpu_info"]
+        assert sorted(a["process_name"] for a in facts["compute_apps"]) == ["sglang::scheduler_TP0",
+                                                                              "sglang::scheduler_TP1"]
+        holder_titles = dict((h["pid"], h["cmdline"].split()[0]) for h in facts["device_holders"])
+        assert sorted(holder_titles.values()) == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+        assert facts["gpus"][0]["memory_used_mib"] > 0 and facts["gpus"][1]["memory_used_mib"] > 0
+
+        result = node.run(env=env, only_pids=ranks, nvidia_smi=str(smi), devices=[str(simdev / "nvidia*")],
+                          grace_period=5.0, timeout=30)
+        assert not result.get("failed"), result
+        assert sorted(k["pid"] for k in result["killed"]) == ranks
+        assert sorted(k["cmdline"].split()[0] for k in result["killed"]) == [
+            "sglang::detokenizer", "sglang::scheduler_TP0", "sglang::scheduler_TP1"]
+        assert result["memory_before"][0]["memory_used_mib"] == facts["gpus"][0]["memory_used_mib"]
+        assert all(g["memory_used_mib"] == 0 for g in result["memory_after"])
+        assert result["holders_after"] == [] and result["survivors"] == []
+        print("simulated crash: %d orphans ended, seconds_to_free=%.3f"
+              % (len(result["killed"]), result["seconds_to_free"]))
+    finally:
+        for pid in ranks + [server]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reaper.terminate()
+        reaper.wait()
+
+
+def _args(tmp_path, args):
+    path = tmp_path / ("args-%s.json" % uuid.uuid4().hex[:8])
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    return path
