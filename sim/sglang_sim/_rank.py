@@ -93,14 +93,18 @@ class _Rank(object):
         t0 = time.time()
         steps = 20
         weights = plan["weights_mib"] + plan["draft_weights_mib"]
+        fail = cfg.get("fail")
+        room = self.avail()
         for i in range(steps):
             self.sleep(load * 0.7 / steps)
-            self.publish(plan["context_mib"] + weights * (i + 1) / steps)
+            chunk = weights * (i + 1) / steps
+            if fail and fail["kind"] == "weights" and chunk > room:
+                raise _TorchOOM(fail["message"])
+            self.publish(plan["context_mib"] + chunk)
         elapsed = (time.time() - t0) / self.scale
         self.log("Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB."
                  % (elapsed, cfg["arch"], _gb(self.avail()), _gb(weights)))
         self.sleep(load * 0.05)
-        fail = cfg.get("fail")
         if fail and fail["kind"] == "kv":
             raise RuntimeError(fail["message"])
         pool = plan["mamba_mib"] + plan["spec_buffer_mib"] + plan["kv_mib"]
@@ -137,7 +141,11 @@ class _Rank(object):
 
 
 class _CaptureFailed(Exception):
-    pass
+    """Printed as ``Exception: Capture cuda graph failed: ...`` like SGLang's."""
+
+
+class _TorchOOM(Exception):
+    """Printed as ``torch.OutOfMemoryError: CUDA out of memory...``."""
 
 
 def _idle(orphans):
@@ -177,7 +185,12 @@ def main():
         tb = ("Traceback (most recent call last):\n"
               '  File "sglang/srt/managers/scheduler.py", line 6365, in run_scheduler_process\n'
               '  File "sglang/srt/model_executor/model_runner.py", in initialize\n')
-        name = "Exception" if isinstance(exc, _CaptureFailed) else type(exc).__name__
+        if isinstance(exc, _CaptureFailed):
+            name = "Exception"
+        elif isinstance(exc, _TorchOOM):
+            name = "torch.OutOfMemoryError"
+        else:
+            name = type(exc).__name__
         rank.log("Scheduler hit an exception: %s%s: %s" % (tb, name, exc))
         _report("failed")
         try:
@@ -186,7 +199,11 @@ def main():
             pass
         # SGLang's scheduler returns after signalling; the parent's kill_process_tree
         # then SIGKILLs it. Linger briefly so the parent can see the failure first.
-        time.sleep(0.3)
+        if orphans:
+            # The fault being simulated: the rank hangs in teardown, holding its memory,
+            # and outlives the parent's kill_process_tree (sgl-project/sglang#23627).
+            _idle(True)
+        time.sleep(0.1)
         _proc.remove_proc_state(cfg["state_dir"], os.getpid())
         os._exit(1)
     _report("ready")

@@ -132,14 +132,20 @@ class Launcher(object):
     def on_sigquit(self):
         log("Received sigquit from a child process. It usually means the child failed.")
         if self.srv is None or self.srv.status == "Starting":
-            time.sleep(0.5 * min(self.scale, 1.0) + 0.1)
-            for role, rank, proc in self.children:
-                code = proc.poll()
-                if role == "scheduler" and code is not None:
-                    log("Rank %d scheduler died during initialization (exit code: %d). If exit code "
-                        "is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep "
-                        "-i oom` to check." % (rank, code))
-                    break
+            # _wait_for_scheduler_ready notices the failed rank's exit.
+            deadline = time.time() + 2.0
+            dead = None
+            while dead is None and time.time() < deadline:
+                for role, rank, proc in self.children:
+                    if role == "scheduler" and proc.poll() is not None:
+                        dead = (rank, proc.returncode)
+                        break
+                else:
+                    time.sleep(0.02)
+            if dead is not None:
+                log("Rank %d scheduler died during initialization (exit code: %d). If exit code "
+                    "is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep "
+                    "-i oom` to check." % dead)
         self.kill_tree()
 
     def on_child_output(self, rank, proc):
@@ -214,8 +220,6 @@ class Launcher(object):
                                 max_total_num_tokens=0, graph_mib=0.0, mamba_slots=0)
                     for k, v in fill.items():
                         cfg["plan"].setdefault(k, v)
-                    if exc.kind == "weights":
-                        cfg["device_error"] = "torch.OutOfMemoryError: " + exc.message
                     cfg["fail"] = {"kind": exc.kind, "message": exc.message}
                     p = cfg["plan"]
                 if plan0 is None:
