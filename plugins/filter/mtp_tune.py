@@ -428,12 +428,20 @@ def _cannot_fit(cand, states, fit_classes):
     return False
 
 
+def _labelled(nxt):
+    cand = nxt["candidate"]
+    ov = ", ".join("%s=%s" % (k, v) for k, v in sorted((nxt["overrides"] or {}).items()) if v is not None)
+    nxt["label"] = "steps=%s topk=%s draft=%s%s (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"],
+                                                      " [%s]" % ov if ov else "", nxt["reason"])
+    return nxt
+
+
 def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, objective="latency", level=None,
                   seed=3, fit_retry=False, fit_ladder=None, fit_classes=None, max_launches=None,
                   slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015):
     """The next server launch, or None when the search is over.
 
-    Returns ``{"candidate", "overrides", "fit_rung", "reason"}``.  A pending fit-retry of the
+    Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit-retry of the
     last failed candidate comes first (same steps, next rung of ``fit_ladder``).  Then:
 
     - sweep: the cheapest candidate not yet decided;
@@ -459,13 +467,13 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
         st = states.get(key)
         if st and st["pending_rung"] is not None and key in by_key:
             rung = st["pending_rung"]
-            return {"candidate": by_key[key], "overrides": ladder[rung], "fit_rung": rung,
-                    "reason": "fit-retry %d/%d after %s" % (rung + 1, len(ladder), att.get("failure_class"))}
+            return _labelled({"candidate": by_key[key], "overrides": ladder[rung], "fit_rung": rung,
+                              "reason": "fit-retry %d/%d after %s" % (rung + 1, len(ladder), att.get("failure_class"))})
         break
     if strategy == "sweep":
         for cand in candidates:
             if cand["key"] not in states:
-                return {"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"}
+                return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"})
         return None
     lanes = {}
     for cand in candidates:
@@ -499,7 +507,7 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
                 reason = "adaptive: climbing"
             else:
                 reason = "adaptive: below the seed"
-            return {"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason}
+            return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason})
     return None
 
 

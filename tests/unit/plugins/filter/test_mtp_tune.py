@@ -327,6 +327,7 @@ def test_fit_retry_only_for_memory_classes_and_stops_when_ladder_exhausted():
     oom = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom_kv_cache"}]
     nxt = F.mtp_tune_next(oom, cands, "sweep", fit_retry=True, fit_ladder=ladder)
     assert nxt["fit_rung"] == 0 and nxt["overrides"] == ladder[0] and "fit-retry" in nxt["reason"]
+    assert nxt["label"] == "steps=3 topk=1 draft=4 [cuda_graph_max_bs=4, max_running_requests=8] (fit-retry 1/1 after oom_kv_cache)"
     oom.append({"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom_kv_cache",
                 "fit_rung": 0})
     assert F.mtp_tune_next(oom, cands, "sweep", fit_retry=True, fit_ladder=ladder) is None
