@@ -65,6 +65,16 @@ SPEC_KEYS = (
 )
 BOOL_KEYS = ("trust_remote_code",)
 
+# Choices of SGLang 0.5.23 (srt/arg_groups/choices.py), checked before a unit is written so a typo
+# fails the play instead of crash-looping the server with an argparse error.
+KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
+ATTENTION_BACKENDS = (
+    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4",
+    "flashinfer", "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla",
+    "trtllm_mha", "hpc_ops", "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx",
+    "ascend", "intel_xpu",
+)
+
 # SGLang lowers max_running_requests to this when any EAGLE/MTP/NGRAM/DFLASH speculation is on
 # and the setting is unset ("Max running requests is reset to 48 for speculative decoding").
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
@@ -182,6 +192,10 @@ def sglang_service_problems(settings):
             problems.append("mem_fraction_static must be a number in (0, 1), got %r" % (mem,))
         elif not 0 < mem < 1:
             problems.append("mem_fraction_static must be in (0, 1) (exclusive), got %s" % mem)
+    for key, choices in (("kv_cache_dtype", KV_CACHE_DTYPES), ("attention_backend", ATTENTION_BACKENDS)):
+        value = settings.get(key)
+        if _set(value) and value not in choices:
+            problems.append("%s must be one of %s, got %r" % (key, ", ".join(choices), value))
     extra = settings.get("extra_args") or []
     if not isinstance(extra, (list, tuple)) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
                                                         for a in extra):

@@ -5,7 +5,11 @@ know, an ambiguous prefix, a bad choice or a mangled value fails here instead of
 a node.
 """
 
+import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,26 +21,61 @@ ROLE = ROOT / "roles" / "service"
 COLLECTIONS = ROOT / ".cache" / "collections"
 
 
+_RENDER_SCRIPT = r"""
+import json, sys
+from ansible.plugins.loader import init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+role = sys.argv[2]
+loader = DataLoader()
+base = {}
+for name in ("defaults/main.yml", "vars/main.yml", "vars/sglang_releases.yml"):
+    base.update(loader.load_from_file(role + "/" + name, trusted_as_template=True))
+base["ansible_managed"] = "Ansible managed"
+with open(role + "/templates/sglang.service.j2") as fh:
+    source = trust_as_template(fh.read())
+out = []
+for overrides in json.load(sys.stdin):
+    variables = dict(base)
+    variables.update(overrides)
+    try:
+        out.append({"text": Templar(loader=loader, variables=variables).template(source)})
+    except Exception as exc:  # reported by the test that asked for this rendering
+        out.append({"error": "%s: %s" % (type(exc).__name__, exc)})
+json.dump(out, sys.stdout)
+"""
+
+
 @pytest.fixture(scope="module")
 def render():
-    """render(**overrides) -> unit text, through Ansible's own templating and our filters."""
-    from ansible.plugins.loader import init_plugin_loader
+    """render(**overrides) -> unit text, through Ansible's own templating and our filters.
 
-    init_plugin_loader([str(COLLECTIONS)])
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
+    Rendering runs in a fresh interpreter: Ansible's collection loader cannot take over
+    ``ansible_collections`` once the unit tests imported it from sys.path in this process.
+    """
+    cache = {}
 
-    loader = DataLoader()
-    base = {}
-    for name in ("defaults/main.yml", "vars/main.yml", "vars/sglang_releases.yml"):
-        base.update(loader.load_from_file(str(ROLE / name), trusted_as_template=True))
-    base["ansible_managed"] = "Ansible managed"
-    source = trust_as_template((ROLE / "templates" / "sglang.service.j2").read_text())
+    def _batch(list_of_overrides):
+        proc = subprocess.run(
+            [sys.executable, "-c", _RENDER_SCRIPT, str(COLLECTIONS), str(ROLE)],
+            input=json.dumps(list_of_overrides), capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS)))
+        assert proc.returncode == 0, proc.stderr
+        for overrides, result in zip(list_of_overrides, json.loads(proc.stdout)):
+            cache[json.dumps(overrides, sort_keys=True)] = result
+
+    # One interpreter for the whole matrix (each start costs about a second).
+    _batch([dict(p.values[0], sglang_service_release=v) for p in MATRIX for v in sglang_release.SUPPORTED])
 
     def _render(**overrides):
-        variables = dict(base)
-        variables.update(overrides)
-        return Templar(loader=loader, variables=variables).template(source)
+        key = json.dumps(overrides, sort_keys=True)
+        if key not in cache:
+            _batch([overrides])
+        result = cache[key]
+        if "error" in result:
+            pytest.fail("the unit template does not render with %s: %s" % (overrides, result["error"]))
+        return result["text"]
 
     return _render
 

@@ -178,6 +178,8 @@ def test_spec_auto_leaves_all_three_unset():
     ({"context_length": "lots"}, "context_length must be"),
     ({"extra_args": "--foo bar"}, "extra_args must be a list"),
     ({"api_key_env": "not a name"}, "api_key_env must be"),
+    ({"kv_cache_dtype": "fp9"}, "kv_cache_dtype must be one of auto, fp8_e5m2"),
+    ({"attention_backend": "fa9"}, "attention_backend must be one of triton"),
 ])
 def test_problems_name_what_to_fix(over, needle):
     problems = f.sglang_service_problems(base(**over))
