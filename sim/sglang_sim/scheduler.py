@@ -169,8 +169,8 @@ class Scheduler(object):
 
     async def _sleep_until(self, deadline):
         delay = deadline - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        # Always yield once, so HTTP handlers run even when the loop runs behind.
+        await asyncio.sleep(delay if delay > 0 else 0)
 
     async def _loop(self):
         deadline = time.monotonic()

@@ -1,0 +1,365 @@
+"""End to end: the simulator as real processes on loopback (tmp state/dev dirs only)."""
+
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _simharness import MODEL, SPEC3, alive, request, run, sim_env, state_pids
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "sim"))
+from sglang_sim import perf  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-h200"
+KEY = "sekret"
+AUTH = {"Authorization": "Bearer " + KEY}
+SCALE = 0.2
+
+
+def _gen_body(n, stream=True, seed=0):
+    rng = random.Random(seed)
+    return {"input_ids": [rng.randrange(100, 150000) for _ in range(64)], "stream": stream,
+            "sampling_params": {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}}
+
+
+async def _stream(port, n, seed):
+    status, headers, events = await request(port, "POST", "/generate", _gen_body(n, seed=seed),
+                                            headers=AUTH, stream=True)
+    assert status == 200
+    assert headers["content-type"].startswith("text/event-stream")
+    assert events[-1][1] == "[DONE]"
+    chunks = [(t, json.loads(d)) for t, d in events[:-1]]
+    return chunks
+
+
+def _smi(sim, *args):
+    env = dict(sim.env)
+    return subprocess.run([sys.executable, "-m", "sglang_sim.nvidia_smi"] + list(args), env=env,
+                          capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def server(start_sim):
+    sim = start_sim(SPEC3 + ["--kv-cache-dtype", "bf16", "--api-key", KEY, "--enable-metrics"],
+                    env={"SGLANG_SIM_TIME_SCALE": SCALE})
+    return sim.wait_ready()
+
+
+def test_processes_devices_and_state(server):
+    kids = server.children()
+    titles = {}
+    for pid in kids:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            argv0 = fh.read().split(b"\0")[0].decode()
+        with open("/proc/%d/comm" % pid) as fh:
+            comm = fh.read().strip()
+        titles[argv0] = (pid, comm)
+    assert sorted(titles) == ["sglang::detokenizer"] + ["sglang::scheduler_TP%d" % r for r in range(4)]
+    assert titles["sglang::scheduler_TP0"][1] == "sglang::schedul"  # 15 chars, like setproctitle
+    dev = server.tmp / "dev"
+    for r in range(4):
+        pid = titles["sglang::scheduler_TP%d" % r][0]
+        held = {os.readlink("/proc/%d/fd/%s" % (pid, fd)) for fd in os.listdir("/proc/%d/fd" % pid)}
+        assert {str(dev / ("nvidia%d" % r)), str(dev / "nvidiactl"), str(dev / "nvidia-uvm")} <= held
+        state = json.loads((server.tmp / "state" / "procs" / ("%d.json" % pid)).read_text())
+        assert state["gpu_index"] == r and state["used_mib"] > 80000
+
+
+def test_streaming_c1_and_c16_counts_spec_and_speed(server):
+    n = 200
+    chunks = run(_stream(server.port, n, 1))
+    final = chunks[-1][1]
+    meta = final["meta_info"]
+    assert meta["completion_tokens"] == n and len(final["output_ids"]) == n
+    assert meta["finish_reason"] == {"type": "length", "length": n}
+    assert meta["prompt_tokens"] == 64
+    assert len(final["text"].split()) == n
+    # cumulative outputs: every chunk extends the previous one
+    for (_, a), (_, b) in zip(chunks, chunks[1:]):
+        assert b["output_ids"][:len(a["output_ids"])] == a["output_ids"]
+        assert b["text"].startswith(a["text"])
+    assert meta["spec_verify_ct"] >= n / 4
+    assert 3.5 <= meta["spec_accept_length"] <= 4.0 + 1.0 / meta["spec_verify_ct"]
+    assert meta["spec_num_proposed_drafts"] == meta["spec_verify_ct"] * 3
+    assert sum(meta["spec_correct_drafts_histogram"]) == meta["spec_verify_ct"]
+    assert "e2e_latency" in meta
+    # per-request decode speed at C=1, converted back by the time scale
+    tokens = meta["completion_tokens"] - chunks[0][1]["meta_info"]["completion_tokens"]
+    wall = chunks[-1][0] - chunks[0][0]
+    measured = tokens / wall * SCALE
+    want = perf.per_request_tps(1, 3)
+    assert abs(measured / want - 1) < 0.10, (measured, want)
+
+    async def many():
+        t0 = time.monotonic()
+        res = await asyncio.gather(*[_stream(server.port, n, 100 + i) for i in range(16)])
+        return time.monotonic() - t0, res
+
+    wall16, results = run(many())
+    total = sum(r[-1][1]["meta_info"]["completion_tokens"] for r in results)
+    assert total == 16 * n
+    # Decode throughput as the requests saw it: the sum of per-request decode rates
+    # (first to last token). Wall-clock totals also include connection set-up, which
+    # on a loaded 2-core machine is noise, so they only get a loose check.
+    decode = sum((r[-1][1]["meta_info"]["completion_tokens"] - r[0][1]["meta_info"]["completion_tokens"])
+                 / (r[-1][0] - r[0][0]) for r in results) * SCALE
+    want16 = perf.aggregate_tps(16, 3)
+    assert 0.85 * want16 < decode < 1.1 * want16, (decode, want16)
+    assert total / wall16 * SCALE > 0.4 * want16
+
+
+def test_server_info_accept_length_and_flush(server):
+    run(_stream(server.port, 64, 3))
+    status, _, body = run(request(server.port, "GET", "/server_info", headers=AUTH))
+    info = json.loads(body)
+    acc = info["internal_states"][0]["avg_spec_accept_length"]
+    assert 3.5 < acc <= 4.0
+    assert info["speculative_num_steps"] == 3 and info["speculative_num_draft_tokens"] == 4
+    assert info["max_running_requests"] == 48 and info["tp_size"] == 4
+    assert info["version"] == "0.5.23"
+    assert info["sim"]["time_scale"] == SCALE
+    status, _, body = run(request(server.port, "GET", "/get_server_info", headers=AUTH))
+    assert status == 200 and "internal_states" in json.loads(body)
+    status, _, body = run(request(server.port, "POST", "/flush_cache", headers=AUTH))
+    assert status == 200 and body.startswith(b"Cache flushed.")
+    info = json.loads(run(request(server.port, "GET", "/server_info", headers=AUTH))[2])
+    assert info["internal_states"][0]["avg_spec_accept_length"] is None
+    status, _, body = run(request(server.port, "GET", "/model_info", headers=AUTH))
+    mi = json.loads(body)
+    assert mi["model_path"] == MODEL and mi["is_generation"] is True
+
+
+def test_metrics(server):
+    before = _metrics(server)
+    run(_stream(server.port, 40, 4))
+    after = _metrics(server)
+    assert after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"] == 40
+    assert after["sglang:num_requests_total"] - before["sglang:num_requests_total"] == 1
+    assert after["sglang:spec_verify_calls_total"] > before["sglang:spec_verify_calls_total"]
+    assert 3.0 < after["sglang:spec_accept_length"] <= 4.0
+    assert after["sglang:num_running_reqs"] == 0
+    assert after["sglang:spec_num_draft_tokens"] == 4
+
+
+def _metrics(sim):
+    status, headers, body = run(request(sim.port, "GET", "/metrics"))  # exempt from the key
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    out = {}
+    for line in body.decode().splitlines():
+        if line.startswith("#") or not line:
+            continue
+        m = re.match(r"^([a-z0-9_:]+)\{[^}]*\} (\S+)$", line)
+        assert m, line
+        if not m.group(1).endswith(("_bucket",)):
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def test_api_key(server):
+    status, _, body = run(request(server.port, "POST", "/generate", _gen_body(4, False)))
+    assert status == 401 and json.loads(body) == {"error": "Unauthorized"}
+    status, _, _ = run(request(server.port, "GET", "/v1/models",
+                               headers={"Authorization": "Bearer wrong"}))
+    assert status == 401
+    for path in ("/health", "/health_generate", "/metrics"):
+        assert run(request(server.port, "GET", path))[0] == 200, path
+
+
+def test_bad_input(server):
+    status, _, body = run(request(server.port, "POST", "/generate", b"{not json", headers=AUTH))
+    err = json.loads(body)
+    assert status == 400 and "JSON decode error" in err["message"] and err["code"] == 400
+    bad = _gen_body(4, False)
+    bad["sampling_params"]["max_new_tokens"] = -5
+    status, _, body = run(request(server.port, "POST", "/generate", bad, headers=AUTH))
+    assert status == 400
+    assert json.loads(body) == {"error": {"message": "max_new_tokens must be at least 0, got -5."}}
+    status, _, body = run(request(server.port, "POST", "/generate", {"sampling_params": {}},
+                                  headers=AUTH))
+    assert status == 400 and "text or input_ids" in json.loads(body)["error"]["message"]
+    status, _, body = run(request(server.port, "POST", "/v1/completions", {"prompt": "hi"},
+                                  headers=AUTH))
+    err = json.loads(body)
+    assert status == 400 and err["object"] == "error" and "model" in err["message"]
+    status, _, body = run(request(server.port, "POST", "/v1/chat/completions",
+                                  {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                   "max_tokens": -1}, headers=AUTH))
+    err = json.loads(body)
+    assert status == 400 and err["type"] == "BadRequestError"
+    assert run(request(server.port, "GET", "/nope", headers=AUTH))[0] == 404
+    assert run(request(server.port, "GET", "/generate", headers=AUTH))[0] == 405
+
+
+def test_openai_endpoints(server):
+    status, _, body = run(request(server.port, "GET", "/v1/models", headers=AUTH))
+    models = json.loads(body)
+    assert models["data"][0]["id"] == MODEL and models["data"][0]["max_model_len"] > 0
+    body = {"model": MODEL, "prompt": "Please explain how the code in this function works",
+            "max_tokens": 30, "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
+    status, _, events = run(request(server.port, "POST", "/v1/completions", body, headers=AUTH,
+                                    stream=True))
+    assert status == 200 and events[-1][1] == "[DONE]"
+    chunks = [json.loads(d) for _, d in events[:-1]]
+    text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+    assert len(text.split()) == 30
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 30
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}],
+            "max_tokens": 12, "ignore_eos": True}
+    status, _, raw = run(request(server.port, "POST", "/v1/chat/completions", body, headers=AUTH))
+    out = json.loads(raw)
+    assert status == 200 and out["object"] == "chat.completion"
+    assert out["usage"]["completion_tokens"] == 12
+    assert out["choices"][0]["finish_reason"] == "length"
+    body["stream"] = True
+    status, _, events = run(request(server.port, "POST", "/v1/chat/completions", body,
+                                    headers=AUTH, stream=True))
+    chunks = [json.loads(d) for _, d in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert len(content.split()) == 12
+
+
+def test_realistic_prompts_accept_less(server):
+    async def one(text, temp):
+        body = {"text": text, "stream": False,
+                "sampling_params": {"max_new_tokens": 120, "temperature": temp, "ignore_eos": True}}
+        status, _, raw = await request(server.port, "POST", "/generate", body, headers=AUTH)
+        return json.loads(raw)["meta_info"]["spec_accept_length"]
+
+    real = run(one("Please explain how the code in this function works and what it is for", 0.0))
+    synth = run(one("zq vx kopuja 8812 peboka haroma zoguma", 0.0))
+    assert real < 3.0 < synth
+
+
+def test_nvidia_smi_against_fixture_formats(server):
+    out = _smi(server).stdout.splitlines()
+    fixture = (FIXTURES / "nvidia-smi.txt").read_text().splitlines()
+
+    def bars(line):
+        return [i for i, c in enumerate(line) if c in "|+"]
+
+    # header block identical in layout; each GPU row has the capture's column borders
+    assert [bars(l) for l in out[1:8]] == [bars(l) for l in fixture[1:8]]
+    gpu_rows = [l for l in out if re.match(r"^\|\s+\d  NVIDIA", l)]
+    assert len(gpu_rows) == 4
+    for row in gpu_rows:
+        assert bars(row) == bars(fixture[8])
+    mem_rows = [l for l in out if "MiB /" in l and "W /" in l]
+    assert len(mem_rows) == 4
+    for row in mem_rows:
+        assert bars(row) == bars(fixture[9])
+        assert re.search(r"\|\s+\d+MiB / 97887MiB \|", row)
+    procs = [l for l in out if "sglang::scheduler_TP" in l]
+    assert len(procs) == 4
+    for row in procs:
+        assert re.fullmatch(r"\|\s+\d   N/A  N/A\s+\d+      C   sglang::scheduler_TP\d\s+\d+MiB \|", row)
+        assert len(row) == 91
+    csv = _smi(server, "--query-gpu=index,uuid,name,memory.used,memory.total,compute_cap,"
+                       "driver_version", "--format=csv,noheader,nounits").stdout.splitlines()
+    pattern = r"\d+, GPU-[0-9a-f-]{36}, [^,]+, \d+, \d+, \d+\.\d, \d+\.\d+\.\d+"
+    assert re.fullmatch(pattern, (FIXTURES / "query-gpu-busy.csv").read_text().strip())
+    assert len(csv) == 4 and all(re.fullmatch(pattern, l) for l in csv)
+    assert all(int(l.split(", ")[3]) > 80000 for l in csv)
+    apps = _smi(server, "--query-compute-apps=pid,process_name,used_memory,gpu_uuid",
+                "--format=csv,noheader,nounits").stdout.splitlines()
+    pattern = r"\d+, [^,]+, \d+, GPU-[0-9a-f-]{36}"
+    assert re.fullmatch(pattern, (FIXTURES / "compute-apps.csv").read_text().strip())
+    assert len(apps) == 4 and all(re.fullmatch(pattern, l) for l in apps)
+
+
+def test_steps10_dies_with_sglang_errors(start_sim):
+    sim = start_sim(["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "10",
+                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "11"])
+    code = sim.wait_exit()
+    out = sim.output
+    assert code == -signal.SIGKILL  # kill_process_tree: systemd sees status=9/KILL
+    assert ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            "Current value: mem_fraction_static=0.852") in out
+    assert "Scheduler hit an exception" in out
+    assert "Received sigquit from a child process. It usually means the child failed." in out
+    assert re.search(r"Rank \d scheduler died during initialization \(exit code: -?\d+\)", out)
+    assert "The server is fired up" not in out
+    time.sleep(0.3)
+    assert not [p for p in state_pids(sim.tmp) if alive(p)]  # the tree is gone, memory free
+    assert "0 MiB" in _smi(sim, "--query-gpu=memory.used", "--format=csv").stdout
+
+
+def test_steps10_fits_with_small_cuda_graph_bs(start_sim):
+    sim = start_sim(["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "10",
+                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "11",
+                     "--cuda-graph-max-bs-decode", "64"]).wait_ready()
+    assert run(request(sim.port, "GET", "/health_generate"))[0] == 200
+
+
+def test_graph_capture_oom(start_sim):
+    sim = start_sim(SPEC3[:3] + ["5", "--mem-fraction-static", "0.98"])
+    assert sim.wait_exit() != 0
+    out = sim.output
+    assert "Exception: Capture cuda graph failed: CUDA out of memory." in out
+    assert "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)" in out
+
+
+def test_orphans_survive_a_killed_parent(start_sim):
+    sim = start_sim(SPEC3, env={"SGLANG_SIM_ORPHANS": "1"}).wait_ready()
+    ranks = state_pids(sim.tmp)
+    assert len(ranks) == 4
+    sim.proc.send_signal(signal.SIGKILL)
+    sim.proc.wait()
+    time.sleep(0.5)
+    try:
+        assert all(alive(p) for p in ranks)
+        used = _smi(sim, "--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
+        assert all(int(u) > 80000 for u in used)
+    finally:
+        for pid in ranks + sim.children():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    used = _smi(sim, "--query-gpu=memory.used", "--format=csv,noheader,nounits").stdout.split()
+    assert used == ["0"] * 4
+
+
+def test_children_die_with_parent_by_default(start_sim):
+    sim = start_sim(SPEC3).wait_ready()
+    ranks = state_pids(sim.tmp)
+    sim.proc.send_signal(signal.SIGKILL)
+    sim.proc.wait()
+    time.sleep(0.5)
+    assert not [p for p in ranks if alive(p)]
+
+
+def test_occupied_port(start_sim):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        sim = start_sim(["--skip-server-warmup"], port=port)
+        code = sim.wait_exit()
+    assert code == 1
+    assert ("error while attempting to bind on address ('127.0.0.1', %d): address already in use"
+            % port) in sim.output
+
+
+def test_bad_cli(tmp_path):
+    env = sim_env(tmp_path)
+    base = [sys.executable, "-m", "sglang_sim.launch_server", "--model-path", MODEL]
+    r = subprocess.run(base + ["--cuda-graph-max-bs", "64"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "sglang serve: error: ambiguous option: --cuda-graph-max-bs" in r.stderr
+    r = subprocess.run(base + ["--speculative-algorithm", "FOO"], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "ValueError: Unknown speculative algorithm name: FOO" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "sglang_sim.launch_server", "--model-path",
+                        str(tmp_path / "missing")], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "HFValidationError" in r.stderr and "Traceback" in r.stderr
+    r = subprocess.run(base + ["--port", "x"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "argument --port: invalid int value: 'x'" in r.stderr
