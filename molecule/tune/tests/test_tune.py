@@ -1,0 +1,104 @@
+"""The node and the controller after the tune scenario: the latency winner (steps 4) serves with a
+comment saying when and why, the report is complete and tells the steps=10 story (OOM at init,
+fit at a smaller CUDA-graph batch), a re-run relaunched nothing, a corrupt results file was kept
+aside, and no process but the final server holds a (fake) GPU."""
+
+import csv
+import json
+import os
+
+import pytest
+
+UNIT = "/etc/systemd/system/sglang-qwen.service"
+
+
+def _results_dir(host):
+    eph = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
+    if not eph:
+        pytest.skip("MOLECULE_EPHEMERAL_DIRECTORY is not set: these checks read the controller-side report")
+    name = host.backend.get_hostname()
+    return os.path.join(eph, "results", "molecule", name)
+
+
+def _results(host):
+    with open(os.path.join(_results_dir(host), "results.json")) as fh:
+        return json.load(fh)
+
+
+def _exec_line(host):
+    return [line for line in host.file(UNIT).content_string.splitlines() if line.startswith("ExecStart=")][0]
+
+
+def test_winner_is_in_the_final_unit_with_a_comment(host):
+    exec_line = _exec_line(host)
+    for words in ("--speculative-num-steps 4", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 5"):
+        assert words in exec_line, words
+    # the fit-retry's smaller CUDA-graph batch belonged to steps 10 only
+    assert "--cuda-graph-max-bs" not in exec_line
+    comments = [line for line in host.file(UNIT).content_string.splitlines() if line.startswith("# mtp_tune ")]
+    assert len(comments) == 1
+    assert "steps 4 (topk 1, 5 draft tokens) chosen 20" in comments[0] and "for latency" in comments[0]
+    assert host.service("sglang-qwen.service").is_running
+
+
+def test_results_tell_the_whole_story(host):
+    doc = _results(host)
+    attempts = doc["attempts"]
+    keys = [(a["key"], a["status"], (a.get("overrides") or {}).get("cuda_graph_max_bs")) for a in attempts]
+    assert keys == [("s3-k1-d4", "ok", None), ("s4-k1-d5", "ok", None), ("s5-k1-d6", "ok", None),
+                    ("s10-k1-d11", "failed", None), ("s10-k1-d11", "ok", 256)]
+    oom = attempts[3]
+    assert oom["failure_class"] == "oom_kv_cache"
+    assert any("Not enough memory" in line for line in oom["journal_tail"])
+    for att in attempts:
+        assert att["timings"]["launch_s"] > 0 and att["timings"]["started"]
+        if att["status"] == "ok":
+            assert set(att["metrics"]) == {"1", "4"}
+            assert att["metrics"]["1"]["completed"] >= 10 and att["metrics"]["1"]["failed"] == 0
+    # the simulator's calibrated figures at C=1 (operator: 234, 277, 282), within noise
+    c1 = dict((a["key"], a["metrics"]["1"]["decode_tps_per_request"]["mean"]) for a in attempts[:3])
+    assert 210 < c1["s3-k1-d4"] < 255 and 250 < c1["s4-k1-d5"] < 300 and 250 < c1["s5-k1-d6"] < 300
+    assert doc["winner"]["key"] == "s4-k1-d5" and doc["winner"]["score"]["level"] == 1
+    assert doc["stats"]["launches"] == 5 and doc["stats"]["failed_launches"] == 1
+    assert doc["converge"]["key"] == "s4-k1-d5" and doc["converge"]["verify"]["ok"]
+
+
+def test_report_files(host):
+    d = _results_dir(host)
+    for name in ("results.json", "results.csv", "summary.md"):
+        assert os.path.getsize(os.path.join(d, name)) > 0, name
+    with open(os.path.join(d, "results.csv")) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4 * 2 + 1
+    with open(os.path.join(d, "summary.md")) as fh:
+        md = fh.read()
+    assert "**4 (5)** (winner)" in md and "failed: oom_kv_cache" in md and "10 (11) [graph bs 256]" in md
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pytest.skip("matplotlib is not installed on the controller: the PNG is skipped by design")
+    with open(os.path.join(d, "plot.png"), "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_rerun_and_corrupt_run_launched_nothing(host):
+    starts = json.loads(host.file("/root/tune-starts.json").content_string)
+    assert starts["before"] > 0 and starts["after"] == starts["before"]
+    corrupt = os.path.join(os.path.dirname(os.path.dirname(_results_dir(host))), "corrupt", host.backend.get_hostname())
+    names = os.listdir(corrupt)
+    assert "results.json" not in names
+    aside = [n for n in names if n.startswith("results.json.corrupt-")]
+    assert len(aside) == 1
+    with open(os.path.join(corrupt, aside[0])) as fh:
+        assert fh.read() == '{"schema": 1, "attempts": [{"key": "s3-k1-d4"'
+
+
+def test_only_the_final_server_holds_a_gpu(host):
+    holders = host.run("fuser /dev/nvidia[0-9]* 2>/dev/null").stdout.split()
+    pids = sorted(set(int(p.rstrip("acefFmrw")) for p in holders if p.rstrip("acefFmrw").isdigit()))
+    assert pids, "the final server's ranks should hold the GPUs"
+    for pid in pids:
+        cgroup = host.file("/proc/%d/cgroup" % pid).content_string
+        assert "sglang-qwen.service" in cgroup, (pid, cgroup)
+    main_pid = int(host.run("systemctl show -p MainPID --value sglang-qwen.service").stdout.strip())
+    assert main_pid > 0
