@@ -231,7 +231,8 @@ def _figures(level):
 def rollout_tuned_setting(docs, host=None):
     """The winner of a tuning run, from the text of its ``results.json`` file(s).
 
-    ``docs``: a list of ``{"path": str, "text": str}`` (one per host the run tuned). ``host``:
+    ``docs``: a list of ``{"path": str, "text": str}`` or ``[path, text]`` pairs (one per host the
+    run tuned). ``host``:
     take the winner of that tuned host only. Several hosts with different winners are refused
     unless ``host`` picks one: a rollout carries one setting.
 
@@ -245,6 +246,8 @@ def rollout_tuned_setting(docs, host=None):
                                  "directory of a tune_mtp.yml run (or at one host's directory in it)")
     winners, problems = [], []
     for item in docs:
+        if isinstance(item, (list, tuple)) and len(item) == 2:
+            item = {"path": item[0], "text": item[1]}  # from a zip of paths and file contents
         path = item.get("path", "results.json")
         try:
             doc = json.loads(item.get("text") or "")
@@ -288,6 +291,22 @@ def rollout_tuned_setting(docs, host=None):
             "with rollout_mtp_tune_host=<host> or point mtp_tune_from at that host's directory" %
             "; ".join("%s on %s" % (k[0], ", ".join(str(w["host"]) for w in ws)) for k, ws in sorted(distinct.items())))
     return winners[0]
+
+
+def rollout_kind(hostvars, names):
+    """One node's kind: the values of the host variables ``names`` as a 'name=value, ...' string.
+
+    Nodes whose strings differ are of different kinds (another model, tp, GPU); a rollout only
+    goes to one kind. Variables a host does not define read as 'unset'.
+    """
+    out = []
+    for name in names or []:
+        try:
+            value = hostvars[name] if name in hostvars else "unset"
+        except Exception:  # an undefined or broken template in the inventory reads as unset
+            value = "unset"
+        out.append("%s=%s" % (name, value))
+    return ", ".join(out)
 
 
 # --------------------------------------------------------------------------- reading a unit
@@ -598,4 +617,5 @@ class FilterModule(object):
             "rollout_summary_markdown": rollout_summary_markdown,
             "rollout_summary_json": rollout_summary_json,
             "rollout_setting_label": setting_label,
+            "rollout_kind": rollout_kind,
         }

@@ -302,3 +302,15 @@ def test_filters_are_exposed():
     names = set(f.FilterModule().filters())
     assert {"rollout_requested", "rollout_tuned_setting", "rollout_unit_settings", "rollout_smoke_check",
             "rollout_budget", "rollout_summary", "rollout_summary_markdown", "rollout_summary_json"} <= names
+
+
+def test_kind_tells_apart_nodes_of_another_model_or_tp():
+    names = ["sglang_service_model_path", "sglang_service_tp"]
+    rtx = {"sglang_service_model_path": "Qwen/Qwen3.5-122B-A10B", "sglang_service_tp": 4}
+    rtx_str = {"sglang_service_model_path": "Qwen/Qwen3.5-122B-A10B", "sglang_service_tp": "4"}  # -e / ini vars
+    b200 = {"sglang_service_model_path": "deepseek-ai/DeepSeek-V3-0324", "sglang_service_tp": 8}
+    kinds = {f.rollout_kind(h, names) for h in (rtx, rtx_str)}
+    assert kinds == {"sglang_service_model_path=Qwen/Qwen3.5-122B-A10B, sglang_service_tp=4"}
+    assert f.rollout_kind(b200, names) not in kinds
+    assert f.rollout_kind({}, names) == "sglang_service_model_path=unset, sglang_service_tp=unset"
+    assert f.rollout_kind(rtx, []) == ""
