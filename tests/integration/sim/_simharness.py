@@ -72,6 +72,7 @@ class Sim(object):
         self.argv = [sys.executable, "-m", "sglang_sim.launch_server", "--model-path", MODEL,
                      "--tp-size", "4", "--host", "127.0.0.1", "--port", str(self.port)] + list(args)
         self.log = open(self.log_path, "wb")
+        self.known_children = set()
         self.proc = subprocess.Popen(self.argv, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
 
@@ -85,6 +86,7 @@ class Sim(object):
             if self.proc.poll() is not None:
                 raise AssertionError("sim exited %s:\n%s" % (self.proc.returncode, self.output))
             if "The server is fired up and ready to roll!" in self.output:
+                self.known_children = set(self.children())
                 return self
             time.sleep(0.05)
         raise AssertionError("sim not ready in %ss:\n%s" % (timeout, self.output))
@@ -111,7 +113,7 @@ class Sim(object):
         return out
 
     def stop(self):
-        pids = set(state_pids(self.tmp)) | set(self.children())
+        pids = set(state_pids(self.tmp)) | set(self.children()) | self.known_children
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
