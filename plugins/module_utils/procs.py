@@ -352,6 +352,32 @@ def fuser_argv(fuser_bin, paths):
 # selection (allow / deny)
 # --------------------------------------------------------------------------------------
 
+# Processes that keep /dev/nvidia* open without using GPU memory: the persistence daemon
+# (holds every device for as long as it runs), DCGM's host engine, the power daemon, and
+# nvidia-smi itself when a monitor runs it while we look.
+DEFAULT_IGNORED_HOLDERS = ("nvidia-persistenced", "nv-hostengine", "nvidia-powerd", "nvidia-smi", "dcgm-exporter")
+
+
+def holder_names(holder):
+    """Names a holder goes by: its comm (15 characters at most) and argv[0]'s basename."""
+    names = set()
+    if holder.get("command"):
+        names.add(holder["command"])
+    cmdline = holder.get("cmdline") or ""
+    if cmdline.split():
+        names.add(os.path.basename(cmdline.split()[0]))
+    return names
+
+
+def is_ignored(holder, ignored):
+    """True when the holder is one of `ignored` (names; the kernel cuts comm to 15 chars)."""
+    for name in holder_names(holder):
+        for wanted in ignored or ():
+            if name == wanted or (len(name) == 15 and wanted[:15] == name):
+                return True
+    return False
+
+
 def select_targets(candidates, protected_pids=(), only_pids=None, exclude_pids=(), exclude_users=()):
     """Split candidate processes into (allowed, refused).
 

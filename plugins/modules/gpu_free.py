@@ -24,7 +24,8 @@ description:
     lists the holders with C(fuser) and signals the allowed pids itself; a bare C(fuser -k) runs
     only when every current holder may be signalled.
   - Then it waits, up to O(timeout) seconds, until C(nvidia-smi) shows every GPU at or below
-    O(idle_memory_mib) and no process holds the device files any more, and reports what it did.
+    O(idle_memory_mib) and no process holds the device files any more (except O(ignore_holders) and the
+    processes spared on purpose through O(exclude_pids) or O(exclude_users)), and reports what it did.
     If that does not happen in time it fails and says which GPU still uses memory and which
     process still holds which device file.
 options:
@@ -70,6 +71,15 @@ options:
     type: list
     elements: str
     default: []
+  ignore_holders:
+    description:
+      - Names of processes (process name or the base name of C(argv[0])) whose device files do not
+        count as busy and that O(fuser_kill) never signals.
+      - The default lists daemons that hold C(/dev/nvidia*) without using GPU memory, and C(nvidia-smi)
+        itself, which a monitoring agent may be running at the moment the holders are listed.
+    type: list
+    elements: str
+    default: [nvidia-persistenced, nv-hostengine, nvidia-powerd, nvidia-smi, dcgm-exporter]
   nvidia_smi:
     description:
       - Name or path of C(nvidia-smi). When it is not found, the memory check is skipped with a warning
@@ -355,9 +365,15 @@ class GpuFreer:
                     candidates.append(_summary(proc, "pattern"))
                     seen.add(proc["pid"])
         holders = self.list_holders()
+        ignored = []
         if self.p["fuser_kill"]:
             for holder in holders:
                 if holder["pid"] in seen:
+                    continue
+                if procs.is_ignored(holder, self.p["ignore_holders"]):
+                    ignored.append({"pid": holder["pid"], "cmdline": holder.get("cmdline") or holder.get("command"),
+                                    "user": holder.get("user"), "via": "fuser", "pattern": None,
+                                    "reason": "in ignore_holders"})
                     continue
                 proc = procs.read_process(holder["pid"], self.proc_root)
                 if proc is None:
@@ -367,10 +383,12 @@ class GpuFreer:
                 candidates.append(info)
                 seen.add(proc["pid"])
         allowed, spared = self._select(candidates)
-        return allowed, spared, holders
+        return allowed, spared + ignored, holders
 
     def remaining_holders(self, holders):
-        """Holders that keep a GPU busy: everyone except the pids we were told to spare."""
+        """Holders that keep a GPU busy: everyone except the pids we were told to spare and
+        the O(ignore_holders) daemons."""
+        holders = [h for h in holders if not procs.is_ignored(h, self.p["ignore_holders"])]
         summaries = [dict(h, via="fuser") for h in holders]
         allowed, refused = self._select(summaries)
         deliberately_spared = [h for h in refused if h["reason"] != "not in only_pids"]
@@ -520,6 +538,7 @@ def main():
             only_pids=dict(type="list", elements="int"),
             exclude_pids=dict(type="list", elements="int", default=[]),
             exclude_users=dict(type="list", elements="str", default=[]),
+            ignore_holders=dict(type="list", elements="str", default=list(procs.DEFAULT_IGNORED_HOLDERS)),
             nvidia_smi=dict(type="str", default="nvidia-smi"),
             idle_memory_mib=dict(type="int", default=0),
             wait=dict(type="bool", default=True),

@@ -228,6 +228,18 @@ def test_holders_from_proc(proc_root):
     ]
 
 
+@pytest.mark.parametrize("holder,ignored", [
+    ({"command": "nvidia-persiste", "cmdline": None}, True),  # comm cut to 15 chars
+    ({"command": None, "cmdline": "/usr/bin/nvidia-persistenced --user x"}, True),
+    ({"command": "nvidia-smi", "cmdline": "nvidia-smi --query-gpu=index"}, True),
+    ({"command": "python3", "cmdline": "sglang::scheduler_TP0"}, False),
+    ({"command": "nvidia-sm", "cmdline": None}, False),  # a prefix that is not a cut comm
+])
+def test_is_ignored(holder, ignored):
+    assert procs.is_ignored(holder, procs.DEFAULT_IGNORED_HOLDERS) is ignored
+    assert procs.is_ignored(holder, []) is False
+
+
 def test_send_signal_checks_identity_first(proc_root):
     sent = []
     kill = lambda pid, sig: sent.append((pid, sig))  # noqa: E731

@@ -37,6 +37,7 @@ class FakeNode:
         self.foreign = set()  # owned by another user, and we are not root
         self.memory = {}  # pid -> (gpu index, MiB)
         self.devices = {}  # pid -> [device paths]
+        self.comms = {}  # pid -> comm as fuser shows it
         self.fuser_kills = []
         write_proc(root, 1, ["/sbin/init"], ppid=0)
         write_proc(root, 899, ["/bin/sh", "-c", "python3 AnsiballZ_gpu_free.py"], ppid=1)
@@ -44,6 +45,7 @@ class FakeNode:
 
     def spawn(self, pid, argv, gpu=None, mib=0, devices=(), uid=0, ppid=1):
         write_proc(self.root, pid, argv, ppid=ppid, uid=uid)
+        self.comms[pid] = os.path.basename(argv[0])[:15]
         if gpu is not None:
             self.memory[pid] = (gpu, mib)
         if devices:
@@ -86,8 +88,8 @@ class FakeNode:
         return {"gpus": gpus, "compute_apps": apps}
 
     def holders(self):
-        return [{"pid": pid, "user": "root", "command": "python3", "access": "F", "devices": devs}
-                for pid, devs in sorted(self.devices.items())]
+        return [{"pid": pid, "user": "root", "command": self.comms.get(pid, "python3"), "access": "F",
+                 "devices": devs} for pid, devs in sorted(self.devices.items())]
 
     def fuser_kill_all(self, signame):
         self.fuser_kills.append(signame)
@@ -98,6 +100,7 @@ class FakeNode:
 PARAMS = {
     "patterns": list(gpu_free.procs.DEFAULT_SGLANG_PATTERNS), "grace_period": 10.0, "fuser_kill": False,
     "devices": ["/dev/nvidia*"], "only_pids": None, "exclude_pids": [], "exclude_users": [],
+    "ignore_holders": list(gpu_free.procs.DEFAULT_IGNORED_HOLDERS),
     "nvidia_smi": "nvidia-smi", "idle_memory_mib": 0, "wait": True, "timeout": 60.0, "poll_interval": 0.5,
 }
 
@@ -221,6 +224,26 @@ def test_fuser_kill_unrestricted_uses_bare_fuser(node):
     assert ok, msg
     assert node.fuser_kills == ["TERM", "KILL"]
     assert [(k["pid"], k["via"], k["signal"]) for k in result["killed"]] == [(700, "fuser", "KILL")]
+
+
+def test_persistence_daemon_neither_blocks_nor_gets_signalled(node):
+    """nvidia-persistenced holds every device file for as long as it runs, with no memory;
+    its comm is cut to 15 characters ("nvidia-persiste")."""
+    crashed_tp2(node)
+    node.spawn(50, ["/usr/bin/nvidia-persistenced", "--user", "nvidia-persistenced"],
+               devices=["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"])
+    assert node.comms[50] == "nvidia-persiste"
+    ok, result, msg = freer(node, fuser_kill=True).run()
+    assert ok, msg
+    assert sorted(pid for pid, _ in node.sent) == [301, 302, 303]
+    assert node.fuser_kills == []  # a bare fuser -k would have hit the daemon
+    spared = dict((s["pid"], s["reason"]) for s in result["spared"])
+    assert spared == {50: "in ignore_holders"}
+    assert [h["pid"] for h in result["holders_after"]] == [50]
+
+    node.spawn(51, ["/usr/bin/nvidia-persistenced"], devices=["/dev/nvidia0"])
+    ok, result, msg = freer(node, ignore_holders=[], timeout=1.0).run()
+    assert not ok and "pid 51" in msg  # with the list emptied, the daemon counts as a holder
 
 
 def test_fuser_kill_off_leaves_non_sglang_holders_and_fails(node):
