@@ -126,7 +126,11 @@ if sys.argv[1]:
     holders = procs.parse_fuser(out, files)
 else:
     holders = procs.holders_from_proc(files)
-print(json.dumps(sorted(h["pid"] for h in holders)))
+for h in holders:  # who they are, read now: a transient holder is gone by the time bash looks
+    proc = procs.read_process(h["pid"]) or {}
+    sys.stderr.write("  holder before the test: pid %s ppid %s (%s)%s\n" % (
+        h["pid"], proc.get("ppid"), proc.get("cmdline") or h.get("command"), " = this lister" if h["pid"] == os.getpid() else ""))
+print(json.dumps(sorted(h["pid"] for h in holders if h["pid"] != os.getpid())))
 PY
   ) || { say "[$v] could not list the device holders"; return 1; }
   local idle_max
