@@ -64,6 +64,24 @@ def test_parse_fuser_long_names_multiple_rows_and_noise():
     assert holders[1]["access"] == "Fm"
 
 
+# `fuser -v /dev/nvidia*` (psmisc, stdout+stderr merged) on a real H200 node (driver 580.159.04)
+# with two CUDA processes of this project's H200 check holding the GPU.
+H200_TWO_HOLDERS = """                     USER        PID ACCESS COMMAND
+/dev/nvidia0:        root        445 F...m python3
+                     root        446 F...m python3
+/dev/nvidiactl:      root        445 F...m python3
+                     root        446 F...m python3
+/dev/nvidia-uvm:     root        445 F...m python3
+                     root        446 F...m python3
+"""
+
+
+def test_parse_fuser_real_h200_two_holders():
+    holders = procs.parse_fuser(H200_TWO_HOLDERS, H200_DEVICES + ["/dev/nvidia-uvm-tools"])
+    assert [(h["pid"], h["user"], h["command"], h["access"], h["devices"]) for h in holders] == [
+        (445, "root", "python3", "Fm", H200_DEVICES), (446, "root", "python3", "Fm", H200_DEVICES)]
+
+
 def test_parse_fuser_plain_several_pids_per_line():
     text = "/dev/nvidia0:          419m   420m\n/dev/nvidia1:   421\n"
     holders = procs.parse_fuser(text)
