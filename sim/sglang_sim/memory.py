@@ -90,10 +90,14 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0):
     p["weights_mib"] = target
     p["draft_weights_mib"] = draft
     if target + draft > p["avail_begin_mib"]:
-        free = max(p["avail_begin_mib"], 0) / 1024
-        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of "
-               "%.2f GiB of which %.2f GiB is free." % (min(target + draft, 1024) / 1024 + free,
-                                                        total / 1024, free))
+        # Weights load shard by shard; the one that does not fit raises.
+        shard = (target + draft) / 48.0
+        loaded = max(int(p["avail_begin_mib"] // shard), 0) * shard
+        free = max(p["avail_begin_mib"] - loaded, 0)
+        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
+               "%.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process "
+               "has %.2f GiB memory in use." % (shard / 1024, gpu.get("index", 0), total / 1024,
+                                               free / 1024, (loaded + p["context_mib"]) / 1024))
         raise OOMError("weights", msg, p)
     p["avail_after_weights_mib"] = p["avail_begin_mib"] - target - draft
     rest = p["avail_after_weights_mib"] - total * (1 - frac)
@@ -132,8 +136,8 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0):
     if graphs_on and p["graph_mib"] + GRAPH_SAFETY_MIB > p["avail_after_pool_mib"]:
         need = (p["graph_mib"] + GRAPH_SAFETY_MIB) / 1024
         free = max(p["avail_after_pool_mib"], 0) / 1024
-        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU 0 has a total capacity of "
-               "%.2f GiB of which %.2f GiB is free." % (need, total / 1024, free))
+        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
+               "%.2f GiB of which %.2f GiB is free." % (need, gpu.get("index", 0), total / 1024, free))
         raise OOMError("graph", msg, p)
     p["avail_after_graph_mib"] = p["avail_after_pool_mib"] - p["graph_mib"]
     p["used_mib"] = p["context_mib"] + static + p["graph_mib"]
