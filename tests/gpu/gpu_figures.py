@@ -164,7 +164,7 @@ def compare_fixtures(run_dir, fixtures, main, orphan, nvidia, procs):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--dir", required=True)
     parser.add_argument("--main", type=int, required=True)
     parser.add_argument("--orphan", type=int, required=True)

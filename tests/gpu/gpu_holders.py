@@ -187,7 +187,7 @@ def cmd_sample(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     hold = sub.add_parser("hold")
     hold.add_argument("--title", default="sglang::scheduler_TP0")
