@@ -5,7 +5,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 SCENARIO ?= default
 
-.PHONY: help test venv testbed unit lint sanity molecule tune sim-node-up sim-node-down clean
+.PHONY: help test venv testbed unit lint sanity molecule gpu-check tune sim-node-up sim-node-down clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -30,6 +30,9 @@ sanity: venv  ## ansible-test sanity on a mirror of the checkout
 
 molecule: venv  ## one molecule scenario: make molecule SCENARIO=service
 	STAGES=molecule SCENARIOS="$(SCENARIO)" bash tools/run_tests.sh
+
+gpu-check:  ## on a real GPU node: gpu_info + gpu_reset against the driver (tests/gpu/README.md)
+	bash tests/gpu/run_gpu_check.sh
 
 tune: venv  ## the main job against a simulated node: tune MTP steps, leave a report in results/
 	bash tools/sim_node.sh up

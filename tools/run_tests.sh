@@ -32,10 +32,10 @@ fi
 
 # --- pytest -----------------------------------------------------------------------------
 if [[ " $stages " == *" pytest "* ]]; then
-  note "pytest: tests/unit tests/contract tests/integration"
+  note "pytest: tests/unit tests/contract tests/integration tests/gpu"
   s=$(date +%s)
   python -m pytest -p no:cacheprovider -q -rs --junitxml="$logs/pytest.xml" \
-    tests/unit tests/contract tests/integration >"$logs/pytest.log" 2>&1
+    tests/unit tests/contract tests/integration tests/gpu >"$logs/pytest.log" 2>&1
   rc=$?
   read -r n f e sk < <(python - "$logs/pytest.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET
