@@ -196,21 +196,40 @@ def ensure_venv():
         subprocess.run([py, "-m", "venv", str(VENV)], check=True)
 
 
-def try_sglang_import():
-    """Install sglang==0.5.23 --no-deps (+ the benchmark's direct light deps) and try importing
-    sglang.benchmark.serving; returns None when importable, else the exact failing import."""
+# import name -> PyPI name, for the modules sglang.benchmark.serving pulls in transitively
+PIP_NAMES = {"zmq": "pyzmq", "yaml": "pyyaml", "PIL": "pillow",
+             "tvm_ffi": "apache-tvm-ffi==0.1.11", "compressed_tensors": "compressed-tensors"}
+# never chased: GPU kernel packages (no point on a machine without GPUs)
+GPU_ONLY = {"flashinfer", "sgl_kernel", "sglang_kernel", "cuda", "deep_gemm", "flash_mla"}
+
+
+def try_sglang_import(max_rounds=40):
+    """Install sglang==0.5.23 --no-deps plus serving.py's direct light imports, then chase the
+    import chain one missing module at a time. Returns (None, chain) when importable, else
+    (exact failing import, chain); chain lists every 'import X (at file:line)' that failed."""
     ensure_venv()
     probe = [venv_python(), "-c", "import sglang.benchmark.serving"]
-    r = subprocess.run(probe, capture_output=True, text=True)
-    if r.returncode == 0:
-        return None
-    if "No module named 'sglang'" in r.stderr:
-        pip("sglang==0.5.23", "--no-deps")
-        pip("aiohttp", "msgspec", "numpy", "orjson", "requests", "tqdm")
+    chain = []
+    for _ in range(max_rounds):
         r = subprocess.run(probe, capture_output=True, text=True)
         if r.returncode == 0:
-            return None
-    return describe_import_error(r.stderr)
+            return None, chain
+        if "No module named 'sglang'" in r.stderr:
+            pip("sglang==0.5.23", "--no-deps")
+            pip("aiohttp", "msgspec", "numpy", "orjson", "requests", "tqdm")
+            continue
+        failure = describe_import_error(r.stderr)
+        chain.append(failure)
+        missing = None
+        if "No module named '" in r.stderr:
+            missing = r.stderr.split("No module named '")[-1].split("'")[0].split(".")[0]
+        if missing is None or missing in GPU_ONLY:
+            return failure, chain
+        try:
+            pip(PIP_NAMES.get(missing, missing))
+        except RuntimeError as exc:
+            return "%s; installing it failed: %s" % (failure, str(exc)[-300:]), chain
+    return "gave up after %d missing modules" % max_rounds, chain
 
 
 def describe_import_error(stderr):
@@ -228,19 +247,27 @@ def describe_import_error(stderr):
 
 
 def run_sglang_serving(url, args):
+    make_tokenizer()
+    out_file = os.path.join(tempfile.mkdtemp(prefix="sglang-serving-"), "out.jsonl")
     cmd = taskset(args.client_core) + [
         venv_python(), "-m", "sglang.benchmark.serving", "--backend", "sglang",
-        "--base-url", url, "--dataset-name", "random-ids", "--num-prompts", str(args.requests),
+        "--base-url", url, "--model", "default", "--tokenizer", str(TOKENIZER),
+        "--dataset-name", "random-ids", "--num-prompts", str(args.requests),
         "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
         "--random-range-ratio", "1.0", "--max-concurrency", str(args.streams),
-        "--output-file", os.path.join(tempfile.gettempdir(), "sglang-bench-out.jsonl")]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        raise RuntimeError(describe_import_error(r.stderr))
-    return r.stdout
+        "--warmup-requests", str(args.streams), "--disable-tqdm", "--output-file", out_file]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+    if r.returncode != 0 or not os.path.exists(out_file):
+        raise RuntimeError("sglang.benchmark.serving failed (rc %s): %s"
+                           % (r.returncode, (r.stderr or r.stdout)[-2500:]))
+    with open(out_file) as fh:
+        data = json.loads(fh.read().strip().splitlines()[-1])
+    shutil.rmtree(os.path.dirname(out_file), ignore_errors=True)
+    return data
 
 
-AIPERF_TOKENIZER = CACHE / "bench-tokenizer"
+TOKENIZER = CACHE / "bench-tokenizer"
 
 
 def ensure_aiperf():
@@ -252,9 +279,10 @@ def ensure_aiperf():
 
 
 def make_tokenizer():
-    """AIPerf needs a Hugging Face tokenizer to size prompts; the hub is unreachable here, so
-    build a small word-level one locally (prompts only need a stable token count)."""
-    if (AIPERF_TOKENIZER / "tokenizer.json").exists():
+    """Both established clients need a Hugging Face tokenizer (to size prompts, draw random ids,
+    re-count text); the hub is unreachable here, so build a small word-level one locally. The
+    token ids only need a stable count: the server side (sim) reports its own token counts."""
+    if (TOKENIZER / "tokenizer.json").exists():
         return
     code = r"""
 import sys, os
@@ -270,7 +298,7 @@ fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_toke
                                eos_token="[EOS]")
 fast.save_pretrained(sys.argv[1])
 """
-    subprocess.run([venv_python(), "-c", code, str(AIPERF_TOKENIZER)], check=True)
+    subprocess.run([venv_python(), "-c", code, str(TOKENIZER)], check=True)
 
 
 def run_aiperf(url, args):
@@ -284,7 +312,7 @@ def run_aiperf(url, args):
         "--synthetic-input-tokens-stddev", "0",
         "--output-tokens-mean", str(args.output_len), "--output-tokens-stddev", "0",
         "--extra-inputs", "ignore_eos:true", "--extra-inputs", "min_tokens:%d" % args.output_len,
-        "--tokenizer", str(AIPERF_TOKENIZER), "--artifact-dir", outdir,
+        "--tokenizer", str(TOKENIZER), "--artifact-dir", outdir,
         "--ui-type", "none"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
@@ -341,6 +369,34 @@ def report_ours(tag, res, server_delta):
     return tps, ceiling
 
 
+def report_ratio(name, ours, theirs):
+    """Side by side with bench_serving's own result JSON (same names and definitions)."""
+    lv = ours["level"]
+    rows = [
+        ("output tok/s", lv["output_throughput"], theirs.get("output_throughput")),
+        ("request/s", lv["request_throughput"], theirs.get("request_throughput")),
+        ("completed", lv["completed"], theirs.get("completed")),
+        ("total output tokens", lv["total_output_tokens"], theirs.get("total_output_tokens")),
+        ("TTFT mean ms", lv["ttft_ms"]["mean"], theirs.get("mean_ttft_ms")),
+        ("TTFT p99 ms", lv["ttft_ms"]["p99"], theirs.get("p99_ttft_ms")),
+        ("TPOT mean ms", lv["tpot_ms"]["mean"], theirs.get("mean_tpot_ms")),
+        ("ITL p50 ms (per token)", lv["itl_ms"]["p50"], theirs.get("median_itl_ms")),
+        ("E2E p50 ms", lv["e2e_latency_ms"]["p50"], theirs.get("median_e2e_latency_ms")),
+        ("accept length", lv["accept_length"], theirs.get("accept_length")),
+    ]
+    print("%-26s %12s %12s %8s" % ("figure", "ours", name.split()[0], "ratio"))
+    for label, a, b in rows:
+        ratio = (a / b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b \
+            else float("nan")
+        print("%-26s %12s %12s %8.3f" % (label, _fmt(a), _fmt(b), ratio))
+
+
+def _fmt(x):
+    if isinstance(x, float):
+        return "%.2f" % x
+    return str(x)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--client-run", action="store_true", help=argparse.SUPPRESS)
@@ -382,17 +438,12 @@ def main():
             return 0
         which = args.established
         if which in ("auto", "sglang"):
-            failure = try_sglang_import()
+            failure, chain = try_sglang_import()
+            for step in chain:
+                print("  sglang.benchmark.serving import chain: %s" % step)
             if failure is None:
-                out = run_sglang_serving(server.url, args)
-                print(out[-3000:])
-                theirs = None
-                for ln in out.splitlines():
-                    if ln.startswith("Output token throughput (tok/s):"):
-                        theirs = float(ln.split(":")[1])
-                if theirs:
-                    print("ratio ours / sglang.benchmark.serving output tok/s: %.3f"
-                          % (tps / theirs))
+                theirs = run_sglang_serving(server.url, args)
+                report_ratio("sglang.benchmark.serving 0.5.23", ours, theirs)
                 return 0
             print("sglang.benchmark.serving (sglang==0.5.23 --no-deps) cannot run here: %s"
                   % failure)

@@ -1,0 +1,200 @@
+"""sglang_bench against the simulator (real processes on loopback).
+
+The simulator is started with the operator's real SGLang flags (EAGLE 3/1/4, tp 4) and runs
+20x faster than real time; the module's `time_scale` turns the measured figures back into the
+simulated server's seconds, so they are compared with the simulator's own cost model
+(sglang_sim.perf), i.e. with the operator's table (C=1, steps 3: ~234 tok/s per request).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SIM = ROOT / "sim"
+MODEL = "Qwen/Qwen3.5-122B-A10B"
+TIME_SCALE = 0.05
+
+if not (SIM / "sglang_sim" / "launch_server.py").exists():
+    pytest.skip("the simulator (sim/sglang_sim/launch_server.py) is not in this checkout yet",
+                allow_module_level=True)
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc  # noqa: E402
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Sim:
+    def __init__(self, tmp_path, extra=(), steps=3):
+        self.port = _free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        state, dev = tmp_path / "state", tmp_path / "dev"
+        state.mkdir(exist_ok=True)
+        dev.mkdir(exist_ok=True)
+        env = dict(os.environ, SGLANG_SIM_TIME_SCALE=str(TIME_SCALE),
+                   SGLANG_SIM_LOAD_SECONDS="1", SGLANG_SIM_STATE_DIR=str(state),
+                   SGLANG_SIM_DEV_DIR=str(dev), SGLANG_SIM_CONFIG=str(tmp_path / "none.json"),
+                   PYTHONPATH=str(SIM) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        cmd = [sys.executable, "-m", "sglang_sim.launch_server", "--model-path", MODEL,
+               "--tp-size", "4", "--port", str(self.port), "--enable-metrics",
+               "--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps),
+               "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
+               str(steps + 1)] + list(extra)
+        self.log = open(tmp_path / "sim.log", "wb")
+        self.logpath = tmp_path / "sim.log"
+        # own session: the server and its rank children form one group we can end together
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_ready(self, timeout=60):
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise AssertionError("sim exited %s: %s" % (self.proc.returncode,
+                                                            self.logpath.read_text()[-2000:]))
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("sim not ready: %s" % self.logpath.read_text()[-2000:])
+
+    def kill(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def sim(tmp_path):
+    s = Sim(tmp_path)
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        s.stop()
+
+
+def _perf():
+    sys.path.insert(0, str(SIM))
+    from sglang_sim import perf
+    return perf
+
+
+def test_generate_against_sim_matches_its_cost_model(sim):
+    res = sc.run_benchmark({"url": sim.url, "concurrency": [1, 4], "num_prompts": 8,
+                            "input_len": 64, "output_len": 128, "time_scale": TIME_SCALE,
+                            "flush_cache": True, "timeout": 60})
+    perf = _perf()
+    for lv in res["levels"]:
+        assert lv["failed"] == 0, lv["errors"]
+        assert lv["completed"] == 8
+        assert lv["total_output_tokens"] == 8 * 128
+        # every token we counted, the server counted (and the warmup is outside the window)
+        assert lv["server_output_tokens"] == lv["total_output_tokens"]
+        # EAGLE steps 3 -> accept length in [1, 4]; temperature 0 synthetic: near 4
+        assert lv["accept_length_source"] == "metrics_counters"
+        assert 3.5 <= lv["accept_length"] <= 4.0
+        assert lv["tokens_per_chunk"] > 2.0
+        assert lv["itl_ms"]["p50"] < lv["chunk_gap_ms"]["p50"]
+    c1 = res["by_concurrency"]["1"]
+    want = perf.per_request_tps(1, 3)
+    got = c1["decode_tps_per_request"]["p50"]
+    assert abs(got - want) / want < 0.12, (got, want)
+
+
+def test_openai_completions_against_sim(sim):
+    res = sc.run_benchmark({"url": sim.url, "endpoint": "completions", "concurrency": [2],
+                            "num_prompts": 4, "input_len": 32, "output_len": 64,
+                            "time_scale": TIME_SCALE, "timeout": 60})
+    lv = res["levels"][0]
+    assert lv["failed"] == 0, lv["errors"]
+    assert lv["total_output_tokens"] == 4 * 64
+
+
+def test_server_killed_mid_run_keeps_partial_results(sim):
+    out = {}
+
+    def run():
+        try:
+            sc.run_benchmark({"url": sim.url, "concurrency": [1, 2], "num_prompts": 4,
+                              "input_len": 16, "output_len": 4000, "time_scale": TIME_SCALE,
+                              "timeout": 30})
+        except sc.BenchError as exc:
+            out["exc"] = exc
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(3.0)
+    sim.kill()
+    t.join(60)
+    assert not t.is_alive()
+    exc = out.get("exc")
+    assert exc is not None, "the benchmark should fail once the server is gone"
+    assert "stopped answering" in str(exc)
+    levels = exc.partial["levels"]
+    assert levels and levels[-1]["failed"] > 0
+
+
+def test_module_through_ansible(sim, tmp_path):
+    """The real module path: ansible ad-hoc with the JSON callback, facts keyed by C."""
+    ansible = ROOT / ".venv" / "bin" / "ansible"
+    if not ansible.exists():
+        pytest.skip("no controller venv at .venv (make venv)")
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".cache" / "collections"),
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    args = json.dumps({"url": sim.url, "concurrency": [1, 2], "num_prompts": 4,
+                       "input_len": 16, "output_len": 32, "time_scale": TIME_SCALE})
+    r = subprocess.run([str(ansible), "localhost", "-m", "blackwell.sglang.sglang_bench",
+                        "-a", args], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    res = json.loads(r.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    facts = res["ansible_facts"]["sglang_bench"]
+    assert facts["2"]["completed"] == 4 and res["changed"] is False
+
+
+def test_wrong_api_key_against_sim(tmp_path):
+    s = Sim(tmp_path, extra=["--api-key", "sekrit"])
+    try:
+        s.wait_ready()
+        with pytest.raises(sc.BenchError) as exc:
+            sc.run_benchmark({"url": s.url, "api_key": "nope", "concurrency": [1],
+                              "timeout": 10})
+        assert "HTTP 401" in str(exc.value)
+        res = sc.run_benchmark({"url": s.url, "api_key": "sekrit", "concurrency": [1],
+                                "num_prompts": 2, "input_len": 8, "output_len": 8,
+                                "time_scale": TIME_SCALE, "timeout": 30})
+        assert res["levels"][0]["completed"] == 2
+    finally:
+        s.stop()
+        shutil.rmtree(tmp_path / "state", ignore_errors=True)
