@@ -252,7 +252,8 @@ def _cell(level):
     if m["failed"]:
         return "%d failed" % int(m["failed"])
     pr, ag = m["decode_tps_mean"], m["output_throughput"]
-    return "%s / %s" % ("-" if pr is None else "%.0f" % pr, "-" if ag is None else "%.0f" % ag)
+    return "%s / %s%s" % ("-" if pr is None else "%.0f" % pr, "-" if ag is None else "%.0f" % ag,
+                          " (c)" if m["client_limited"] else "")
 
 
 def _failure_text(att):
@@ -329,6 +330,11 @@ def render_summary(doc):
             cells = [_failure_text(att)] + [""] * (len(levels) - 1)
         out.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), _duration(tm.get("launch_s")),
                                               _duration(tm.get("bench_s"))))
+    limited = any(level_metrics(lv)["client_limited"] for a in doc.get("attempts") or []
+                  if a.get("status") == "ok" for lv in (a.get("metrics") or {}).values())
+    if limited:
+        out += ["", "(c): the benchmark client was close to its own limit at this level (sglang_bench "
+                "client_limited); the figure may understate the server."]
     comp = doc.get("comparison")
     if comp:
         out += ["", "## Runs compared (same host, next to this one)", "",

@@ -105,6 +105,10 @@ def test_summary_without_winner_and_with_failed_requests():
     d["attempts"][0]["metrics"]["32"]["failed"] = 3
     md = R.render_summary(d)
     assert "Winner: none yet" in md and "| 3 (4) | 234 / 230 | 3 failed |" in md
+    assert "(c)" not in md
+    d["attempts"][1]["metrics"]["32"]["client_limited"] = True
+    md = R.render_summary(d)
+    assert "| 4 (5) | 277 / 270 | 52 / 1750 (c) |" in md and "(c): the benchmark client was close" in md
 
 
 def test_json_is_stable_and_nan_becomes_null():
