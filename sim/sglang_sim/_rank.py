@@ -94,11 +94,12 @@ class _Rank(object):
         steps = 20
         weights = plan["weights_mib"] + plan["draft_weights_mib"]
         fail = cfg.get("fail")
-        room = self.avail()
+        # What this rank can get, other processes (e.g. orphans) on its GPU included.
+        room = plan["avail_begin_mib"]
         for i in range(steps):
             self.sleep(load * 0.7 / steps)
             chunk = weights * (i + 1) / steps
-            if fail and fail["kind"] == "weights" and chunk > room:
+            if fail and fail["kind"] == "weights" and (chunk > room or i == steps - 1):
                 raise _TorchOOM(fail["message"])
             self.publish(plan["context_mib"] + chunk)
         elapsed = (time.time() - t0) / self.scale

@@ -11,9 +11,15 @@ arg_groups/memory_hook.py and arg_groups/speculative_hook.py.
 """
 
 import argparse
+import json
+import os
 import re
 import sys
 from decimal import Decimal
+
+FLAGS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                          "sglang_0_5_23_flags.json")
+IGNORED_PREFIX = "_ignored_"
 
 KV_CACHE_DTYPE_CHOICES = [
     "auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16",
@@ -107,7 +113,10 @@ class _DeprecatedStoreTrue(argparse.Action):
 def build_parser():
     """The simulator's CLI: a subset of ``sglang serve`` with the same option specs."""
     p = argparse.ArgumentParser(prog="sglang serve")
-    add = p.add_argument
+    modeled = []
+
+    def add(*names, **kwargs):
+        modeled.append((names, kwargs))
     # Model and tokenizer
     add("--model-path", "--model", type=str, required=True, dest="model_path",
         help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.")
@@ -178,7 +187,46 @@ def build_parser():
     add("--log-level", type=str, default="info", help="The logging level of all loggers.")
     add("--watchdog-timeout", type=float, default=300,
         help="Set watchdog timeout in seconds.")
+    _register(p, modeled)
     return p
+
+
+def real_flags():
+    """The release's own arguments (names, dest, nargs), generated from its parser."""
+    with open(FLAGS_FILE) as fh:
+        return json.load(fh)["arguments"]
+
+
+def _register(parser, modeled):
+    """Add arguments in the real release's order: modeled ones with their full spec, every
+    other real flag with its arity only (accepted, ignored with a warning).
+
+    So a unit written for a real node starts on the sim, and abbreviations, ambiguity
+    errors and usage order are those of the real parser (which knows ~530 flags).
+    """
+    by_name = {}
+    for names, kwargs in modeled:
+        for n in names:
+            by_name[n] = (names, kwargs)
+    done = set()
+    for arg in real_flags():
+        hit = next((by_name[n] for n in arg["names"] if n in by_name), None)
+        if hit is not None:
+            if hit[0] not in done:
+                parser.add_argument(*hit[0], **hit[1])
+                done.add(hit[0])
+            continue
+        dest = IGNORED_PREFIX + arg["dest"]
+        if arg["nargs"] == 0:
+            action = parser.add_argument(*arg["names"], dest=dest, action="store_true",
+                                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        else:
+            action = parser.add_argument(*arg["names"], dest=dest, nargs=arg["nargs"], type=str,
+                                         default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        action.sim_ignored = True
+    for names, kwargs in modeled:  # (none expected: the contract test checks)
+        if names not in done:
+            parser.add_argument(*names, **kwargs)
 
 
 class ArgsError(Exception):
@@ -259,6 +307,13 @@ def resolve(ns, gpu_mem_mib):
     """
     a = dict(vars(ns))
     warnings = ["\033[1;33m%s\033[0m" % m for m in a.pop("_deprecations", [])]
+    ignored = sorted(k[len(IGNORED_PREFIX):] for k in a if k.startswith(IGNORED_PREFIX))
+    for k in list(a):
+        if k.startswith(IGNORED_PREFIX):
+            del a[k]
+    if ignored:
+        warnings.append("sglang_sim: accepted but not modeled (no effect on the simulation): %s"
+                        % ", ".join("--" + k.replace("_", "-") for k in ignored))
     if a["tp_size"] < 1:
         raise ArgsError("ValueError", "tp_size must be >= 1, got %d" % a["tp_size"])
     if a["mem_fraction_static"] is not None and not 0 < a["mem_fraction_static"] < 1:

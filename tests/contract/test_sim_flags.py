@@ -37,7 +37,22 @@ def _actions(parser):
     return out
 
 
-SIM_ACTIONS = _actions(sim_args.build_parser())
+ALL_SIM_ACTIONS = _actions(sim_args.build_parser())
+# Flags the sim models (full spec); the others are accepted with their arity only.
+SIM_ACTIONS = {k: a for k, a in ALL_SIM_ACTIONS.items() if not getattr(a, "sim_ignored", False)}
+
+
+def test_every_real_flag_is_accepted_with_its_arity(real):
+    theirs = _actions(real)
+    assert set(theirs) == set(ALL_SIM_ACTIONS)
+    for name, action in theirs.items():
+        assert ALL_SIM_ACTIONS[name].nargs == action.nargs, name
+
+
+def test_usage_order_matches(real):
+    # same registration order -> same abbreviation/ambiguity messages
+    mine = [a.option_strings for a in sim_args.build_parser()._actions]
+    assert mine == [a.option_strings for a in real._actions]
 
 
 @pytest.mark.parametrize("flag", sorted(SIM_ACTIONS))
@@ -106,6 +121,8 @@ def test_same_parse_result(real, argv):
 
 REJECTED = [
     ["--model-path", "m", "--cuda-graph-max-bs", "64"],  # ambiguous since 0.5.23
+    ["--model-path", "m", "--speculative-draft", "x"],
+    ["--model-path", "m", "--no-such-flag"],
     ["--model-path", "m", "--kv-cache-dtype", "fp9"],
     ["--model-path", "m", "--tp-size", "four"],
     ["--model-path", "m", "--mamba-ssm-dtype", "int8"],
