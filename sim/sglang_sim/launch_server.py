@@ -239,7 +239,8 @@ class Launcher(object):
         mrr = a["max_running_requests"] or min(2048, max(1, plan0["max_total_num_tokens"] // 4096) * 8)
         self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],
-                               context_len)
+                               context_len, log_prefix=" TP0" if tp > 1 else "",
+                               cuda_graph=not a["disable_cuda_graph"])
         self.sched.start()
         self.srv = Server(a, self.sched, s, plan0, time.time())
         log("INFO:     Started server process [%d]" % os.getpid())

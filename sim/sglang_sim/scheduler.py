@@ -13,7 +13,9 @@ import collections
 import random
 import time
 
-from sglang_sim import perf, tokenizer
+from sglang_sim import _proc, perf, tokenizer
+
+DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
 
 HIST_BUCKETS_TTFT = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                      2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0)
@@ -91,7 +93,7 @@ class Request(object):
 
 class Scheduler(object):
     def __init__(self, max_running_requests, steps, draft_tokens, token_capacity,
-                 factor, time_scale, seed, context_len):
+                 factor, time_scale, seed, context_len, log_prefix="", cuda_graph=True):
         self.mrr = max_running_requests
         self.steps = steps or 0
         self.draft_tokens = draft_tokens or 1
@@ -123,6 +125,9 @@ class Scheduler(object):
         self.itl = Histogram(HIST_BUCKETS_ITL)
         self.e2e = Histogram(HIST_BUCKETS_E2E)
         self.last_receive = time.time()
+        self.log_prefix = log_prefix
+        self.cuda_graph = cuda_graph
+        self.window_spec = [0, 0, 0]  # accepted tokens, verify forwards, correct drafts
 
     def start(self):
         self.task = asyncio.ensure_future(self._loop())
@@ -179,6 +184,8 @@ class Scheduler(object):
                 self.wake.clear()
                 await self.wake.wait()
                 deadline = time.monotonic()
+                self.window_start = time.time()
+                self.window_steps = self.window_tokens = 0
             # Admission (prefill has priority, like SGLang's default schedule policy).
             new = []
             used = self._tokens_in_use()
@@ -192,7 +199,12 @@ class Scheduler(object):
                 used += need
                 new.append(req)
             if new:
-                ms = perf.prefill_time_ms(sum(r.prompt_len for r in new), self.factor)
+                n_tok = sum(r.prompt_len for r in new)
+                _proc.log("Prefill batch, #new-seq: %d, #new-token: %d, #cached-token: 0, "
+                          "token usage: %.2f, #running-req: %d, #queue-req: %d"
+                          % (len(new), n_tok, self._usage(), len(self.running), len(self.waiting)),
+                          self.log_prefix)
+                ms = perf.prefill_time_ms(n_tok, self.factor)
                 deadline = max(deadline, time.monotonic()) + ms / 1000.0 * self.scale
                 await self._sleep_until(deadline)
                 now = time.time()
@@ -225,6 +237,10 @@ class Scheduler(object):
                     req.verify_ct += 1
                     req.correct_drafts += acc
                     req.hist[acc] += 1
+                    ws = self.window_spec
+                    ws[0] += n
+                    ws[1] += 1
+                    ws[2] += acc
                     if req.log_metrics:
                         self.spec_accepted_tokens += n
                         self.spec_verify_forwards += 1
@@ -235,12 +251,31 @@ class Scheduler(object):
             self.running = [r for r in self.running if not r.finished]
             self.window_steps += 1
             self.window_tokens += step_tokens
-            if self.window_steps >= 40:
+            if self.window_steps >= DECODE_LOG_INTERVAL:
                 wall = max(now - self.window_start, 1e-9)
                 self.last_gen_throughput = self.window_tokens / wall * self.scale
+                self._log_decode(batch)
                 self.window_steps = 0
                 self.window_tokens = 0
                 self.window_start = now
+
+    def _usage(self):
+        used = sum(r.prompt_len + len(r.output_ids) for r in self.running)
+        return used / float(max(self.capacity, 1))
+
+    def _log_decode(self, batch):
+        used = sum(r.prompt_len + len(r.output_ids) for r in self.running)
+        msg = "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, " % (
+            batch, used, self._usage())
+        if self.steps:
+            tokens, forwards, correct = self.window_spec
+            acc_len = tokens / float(forwards) if forwards else 0.0
+            rate = correct / float(forwards * self.steps) if forwards else 0.0
+            msg += "accept len: %.2f, accept rate: %.2f, " % (acc_len, rate)
+            self.window_spec = [0, 0, 0]
+        msg += "cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d" % (
+            self.cuda_graph, self.last_gen_throughput, len(self.waiting))
+        _proc.log(msg, self.log_prefix)
 
     def _next_token(self, req):
         return req.rng.randrange(tokenizer.FIRST_WORD_ID, 150000)
