@@ -138,7 +138,15 @@ class _Rank(object):
             self.log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=16384, "
                      "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
                      % (plan["max_total_num_tokens"], cfg["chunked_prefill_size"],
-                        cfg["max_running_requests"], cfg["context_len"], _gb(self.avail())))
+                        cfg["max_running_requests"] or self._auto_mrr(plan), cfg["context_len"],
+                        _gb(self.avail())))
+
+    def _auto_mrr(self, plan):
+        tokens = plan["max_total_num_tokens"]
+        pool = min(max(int(tokens / float(self.cfg["context_len"]) * 512), 2048), 4096)
+        if plan.get("mamba_slots"):
+            pool = min(pool, plan["mamba_slots"])
+        return max(1, min(tokens // 2, pool))
 
 
 class _CaptureFailed(Exception):

@@ -89,6 +89,7 @@ class Launcher(object):
         self.children = []  # (role, rank, Popen)
         self.ready = set()
         self.failed = False
+        self.shutting_down = False
         self.scale = settings["time_scale"]
         self.loop = None
         self.done = None
@@ -113,6 +114,7 @@ class Launcher(object):
 
     def kill_tree(self, include_self=True):
         """kill_process_tree: SIGKILL children (unless the orphan fault is on), then self."""
+        self.shutting_down = True
         if not self.settings["orphans"]:
             for _, _, proc in self.children:
                 try:
@@ -128,6 +130,16 @@ class Launcher(object):
         if include_self:
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def effective_mrr(self, plan, model, context_len):
+        """Scheduler's max_running_requests: the flag, else min(tokens // 2, req pool size)."""
+        if self.args["max_running_requests"]:
+            return self.args["max_running_requests"]
+        tokens = plan["max_total_num_tokens"]
+        pool = min(max(int(tokens / float(context_len) * 512), 2048), 4096)
+        if model.get("hybrid"):
+            pool = min(pool, plan.get("mamba_slots") or memory.DEFAULT_MAMBA_SLOTS)
+        return max(1, min(tokens // 2, pool))
 
     def on_sigquit(self):
         log("Received sigquit from a child process. It usually means the child failed.")
@@ -152,6 +164,18 @@ class Launcher(object):
         line = proc.stdout.readline()
         if not line:
             self.loop.remove_reader(proc.stdout.fileno())
+            if self.shutting_down:
+                return
+            if rank in self.ready and self.srv is not None:
+                # SubprocessWatchdog: a child died after startup -> SIGQUIT -> kill the tree.
+                code = proc.wait()
+                name = "scheduler_%d" % rank if rank >= 0 else "detokenizer"
+                log("Subprocess %s (pid=%d) crashed with exit code %d. Triggering SIGQUIT for "
+                    "cleanup..." % (name, proc.pid, code))
+                log("SIGQUIT received. signum=<Signals.SIGQUIT: 3>, frame=None. It usually means "
+                    "one child failed.")
+                self.kill_tree()
+                return
             if rank not in self.ready and not self.failed:
                 # Died without a word (e.g. SIGKILLed by the OOM killer or an operator).
                 self.failed = True
@@ -199,7 +223,7 @@ class Launcher(object):
                    "arch": model["architectures"][0], "capture_bs": capture_bs,
                    "disable_cuda_graph": a["disable_cuda_graph"],
                    "chunked_prefill_size": a["chunked_prefill_size"],
-                   "max_running_requests": a["max_running_requests"] or 2048,
+                   "max_running_requests": a["max_running_requests"] or 0,
                    "context_len": context_len}
             if rank >= len(gpus):
                 cfg.update(device_error="CUDA error: invalid device ordinal", gpu_index=rank,
@@ -236,7 +260,7 @@ class Launcher(object):
         await self.done  # all ranks ready (failures end the process via SIGQUIT/kill_tree)
 
         factor = perf.speed_factor(s["profile"], model["params"], tp)
-        mrr = a["max_running_requests"] or min(2048, max(1, plan0["max_total_num_tokens"] // 4096) * 8)
+        mrr = self.effective_mrr(plan0, model, context_len)
         self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],
                                context_len, log_prefix=" TP0" if tp > 1 else "",
@@ -279,6 +303,7 @@ class Launcher(object):
 
     def on_term(self):
         # uvicorn's graceful shutdown, then SGLang's kill_process_tree(include_parent=False).
+        self.shutting_down = True
         log("INFO:     Shutting down")
         if self.srv is not None:
             self.srv.status = "Shutdown"

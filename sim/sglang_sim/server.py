@@ -97,7 +97,13 @@ class Server(object):
                 if headers.get("transfer-encoding", "").lower() == "chunked":
                     body = await self._read_chunked(reader)
                 else:
-                    length = int(headers.get("content-length", "0") or 0)
+                    try:
+                        length = int(headers.get("content-length", "0") or 0)
+                    except ValueError:
+                        length = -1
+                    if length < 0:
+                        await self._send(writer, 400, b"Invalid Content-Length", "text/plain", False)
+                        return
                     if length > MAX_BODY:
                         await self._send(writer, 413, b"", "text/plain", False)
                         return
@@ -108,6 +114,13 @@ class Server(object):
                     keep = await self.dispatch(method, path, query, headers, body, writer, keep)
                 except HTTPError as exc:
                     await self._send(writer, exc.status, exc.body, exc.content_type, keep)
+                except (ConnectionError, asyncio.IncompleteReadError):
+                    return
+                except Exception as exc:  # a bug must not print a traceback per request
+                    self.log("[http_server] Error: %s: %s" % (type(exc).__name__, exc))
+                    await self._send(writer, 500, _json({"error": {"message": "%s: %s" % (
+                        type(exc).__name__, exc)}}), "application/json", False)
+                    return
                 if not keep:
                     return
         except (ConnectionError, asyncio.IncompleteReadError, RuntimeError):

@@ -384,3 +384,30 @@ def test_bad_cli(tmp_path):
     assert r.returncode == 1 and "HFValidationError" in r.stderr and "Traceback" in r.stderr
     r = subprocess.run(base + ["--port", "x"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "argument --port: invalid int value: 'x'" in r.stderr
+
+
+def test_rank_killed_after_startup_takes_the_server_down(start_sim):
+    # SGLang's SubprocessWatchdog: a dead child -> SIGQUIT -> kill_process_tree.
+    sim = start_sim(SPEC3).wait_ready()
+    ranks = state_pids(sim.tmp)
+    os.kill(ranks[0], signal.SIGKILL)
+    assert sim.wait_exit() == -signal.SIGKILL
+    assert re.search(r"Subprocess scheduler_\d \(pid=%d\) crashed with exit code -9" % ranks[0],
+                     sim.output)
+    time.sleep(0.3)
+    assert not [p for p in ranks if alive(p)]
+
+
+def test_malformed_http(server):
+    async def raw(data):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(data)
+        await writer.drain()
+        out = await asyncio.wait_for(reader.read(4096), 10)
+        writer.close()
+        return out
+
+    out = run(raw(b"POST /generate HTTP/1.1\r\nContent-Length: abc\r\n\r\n"))
+    assert out.startswith(b"HTTP/1.1 400 ")
+    out = run(raw(b"garbage\r\n\r\n"))
+    assert out.startswith(b"HTTP/1.1 400 ")
