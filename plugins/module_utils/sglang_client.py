@@ -235,6 +235,29 @@ class ResponseParser:
 
 
 # ------------------------------------------------------------------ stream handlers
+_DECODER = json.JSONDecoder()
+_META_KEY = b'"meta_info":'
+
+
+def _fast_meta(data):
+    """meta_info of a /generate chunk without decoding the cumulative text and output_ids
+    before it (those grow with every token, so a full json.loads per chunk is O(n^2) per
+    request and dominates the client's CPU). SGLang writes meta_info as the last key; inside
+    JSON strings quotes are escaped, so the unescaped key cannot come from generated text.
+    Returns None when the chunk does not have that shape (the caller then parses it fully)."""
+    i = data.rfind(_META_KEY)
+    if i <= 0 or data[:1] != b"{":
+        return None
+    try:
+        tail = data[i + len(_META_KEY):].decode("utf-8").lstrip()
+        meta, end = _DECODER.raw_decode(tail)
+    except ValueError:
+        return None
+    if tail[end:].strip() != "}" or not isinstance(meta, dict):
+        return None
+    return meta
+
+
 class GenerateStream:
     """Consumes SGLang /generate SSE events: cumulative meta_info.completion_tokens per event."""
 
@@ -250,14 +273,16 @@ class GenerateStream:
         if data == b"[DONE]":
             self.done = True
             return
+        meta = _fast_meta(data)
         try:
-            obj = json.loads(data)
-            if "error" in obj:
-                err = obj["error"]
-                msg = err.get("message") if isinstance(err, dict) else err
-                self.error = "server error in stream: %s" % (str(msg)[:200],)
-                return
-            meta = obj["meta_info"]
+            if meta is None:
+                obj = json.loads(data)
+                if "error" in obj:
+                    err = obj["error"]
+                    msg = err.get("message") if isinstance(err, dict) else err
+                    self.error = "server error in stream: %s" % (str(msg)[:200],)
+                    return
+                meta = obj["meta_info"]
             n = int(meta["completion_tokens"])
         except ValueError:
             self.error = "malformed stream chunk (not JSON): %r" % (data[:80],)

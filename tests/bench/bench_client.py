@@ -95,6 +95,11 @@ class Server:
             env.update(SGLANG_SIM_TIME_SCALE=str(time_scale), SGLANG_SIM_LOAD_SECONDS="1",
                        SGLANG_SIM_STATE_DIR=os.path.join(self.tmp, "state"),
                        SGLANG_SIM_DEV_DIR=os.path.join(self.tmp, "dev"),
+                       # room for --max-running-requests = streams: this benchmarks the
+                       # client, so the simulated GPUs get enough memory for every stream
+                       SGLANG_SIM_GPU_MEMORY_MIB=str(env.get("SGLANG_SIM_GPU_MEMORY_MIB",
+                                                             "400000")),
+                       SGLANG_SIM_CONFIG=os.path.join(self.tmp, "none.json"),
                        PYTHONPATH=str(SIM_DIR) + os.pathsep + env.get("PYTHONPATH", ""))
             os.makedirs(env["SGLANG_SIM_STATE_DIR"])
             os.makedirs(env["SGLANG_SIM_DEV_DIR"])

@@ -373,3 +373,33 @@ def test_plan_for_check_mode():
     assert [lv["requests"] for lv in p["levels"]] == [10, 40]
     assert [lv["warmup_requests"] for lv in p["levels"]] == [1, 8]
     assert p["path"] == "/generate"
+
+
+# ------------------------------------------------------------------ fast meta_info path
+@pytest.mark.parametrize("compact", [True, False])
+def test_fast_meta_matches_full_parse(compact):
+    sep = (",", ":") if compact else (", ", ": ")
+    obj = {"text": 'he said "meta_info": {"completion_tokens": 999}', "output_ids": [1, 2, 3],
+           "meta_info": {"completion_tokens": 3, "finish_reason": None}}
+    data = json.dumps(obj, separators=sep).encode()
+    assert sc._fast_meta(data) == obj["meta_info"]
+
+
+@pytest.mark.parametrize("data", [
+    b'{"meta_info": {"completion_tokens": 3}, "text": "x"}',   # not the last key
+    b'{"meta_info": {"completion_tokens": 3}',                  # truncated outer object
+    b'{"meta_info": [1, 2]}',                                   # not an object
+    b'{"text": "x"}',
+    b'garbage "meta_info": {"completion_tokens": 3}}',
+])
+def test_fast_meta_declines_other_shapes(data):
+    assert sc._fast_meta(data) is None
+
+
+def test_generate_stream_falls_back_to_full_parse():
+    rec = sc.new_record()
+    h = sc.GenerateStream(rec)
+    h.event(b'{"meta_info": {"completion_tokens": 2, "finish_reason": null}, "text": "ab"}', 0.5)
+    assert h.error is None and rec["output_tokens"] == 2
+    h.event(b'{"meta_info": {"completion_tokens": 3}', 0.6)
+    assert "not JSON" in h.error
