@@ -79,15 +79,10 @@ def _write_wheel(wheel_directory, editable=False):
             add("__editable__.%s.pth" % DIST, HERE + "\n")
         else:
             pkg = os.path.join(HERE, NAME)
-            for sub in ("", "data"):
-                base = os.path.join(pkg, sub)
-                if not os.path.isdir(base):
-                    continue
-                for fname in sorted(os.listdir(base)):
-                    if fname.endswith(".py") or (sub == "data" and fname.endswith(".json")):
-                        with open(os.path.join(base, fname), "rb") as fh:
-                            arc = "/".join(x for x in (NAME, sub, fname) if x)
-                            add(arc, fh.read())
+            for fname in sorted(os.listdir(pkg)):
+                if fname.endswith((".py", ".json")):
+                    with open(os.path.join(pkg, fname), "rb") as fh:
+                        add("%s/%s" % (NAME, fname), fh.read())
         di = _distinfo(meta)
         for fname, content in _metadata_files(meta).items():
             add("%s/%s" % (di, fname), content)

@@ -1,4 +1,4 @@
-"""Regenerate sglang_sim/data/sglang_<version>_flags.json: every option string the real
+"""Regenerate sglang_sim/sglang_<version>_flags.json: every option string the real
 SGLang release accepts, with its arity, from the release's own parser
 (tests/contract/sglang_release.py rebuilds it from the wheel).
 
@@ -28,7 +28,7 @@ def main(version):
         nargs = action.nargs
         out.append({"names": list(action.option_strings), "dest": action.dest,
                     "nargs": nargs if nargs is not None else None})
-    path = ROOT / "sim" / "sglang_sim" / "data" / ("sglang_%s_flags.json" % version.replace(".", "_"))
+    path = ROOT / "sim" / "sglang_sim" / ("sglang_%s_flags.json" % version.replace(".", "_"))
     lines = ",\n".join(json.dumps(a, sort_keys=True) for a in out)
     path.write_text('{"version": %s, "prog": %s, "arguments": [\n%s\n]}\n'
                     % (json.dumps(version), json.dumps(parser.prog), lines))
