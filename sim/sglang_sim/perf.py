@@ -42,12 +42,14 @@ PREFILL_BASE_MS = 1.0
 PREFILL_MS_PER_TOKEN = 0.012
 
 # Relative step-time factor per GPU profile (1.0 = default profile) and model size.
+# Only the default profile is calibrated (on the operator's table); the others are
+# rough guesses that keep the ordering B200 < H200 < RTX PRO 6000 in step time.
 PROFILE_SPEED = {
     "rtx-pro-6000-x4": 1.0,
     "rtx-pro-6000-x1": 1.0,
-    "b200-x8": 0.45,
-    "h200-x1": 0.7,
-    "h200-x8": 0.7,
+    "b200-x8": 0.6,
+    "h200-x1": 0.8,
+    "h200-x8": 0.8,
 }
 REFERENCE_PARAMS = 122e9
 REFERENCE_TP = 4
@@ -57,7 +59,7 @@ def speed_factor(profile, params=REFERENCE_PARAMS, tp_size=REFERENCE_TP):
     """Step-time multiplier for a profile, model size and TP size (1.0 = calibrated case)."""
     base = PROFILE_SPEED.get(profile, 1.0)
     size = (params / REFERENCE_PARAMS) ** 0.7
-    tp = (REFERENCE_TP / float(tp_size)) ** 0.6
+    tp = (REFERENCE_TP / float(tp_size)) ** 0.3
     return base * size * tp
 
 
