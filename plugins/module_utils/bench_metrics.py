@@ -386,5 +386,9 @@ def client_limit(cpu_fraction, lag_p99_ms, cpu_threshold=0.85, lag_threshold_ms=
         reasons.append("client CPU at %.0f%% of one core (> %.0f%%)"
                        % (cpu_fraction * 100, cpu_threshold * 100))
     if lag_p99_ms is not None and lag_p99_ms > lag_threshold_ms:
-        reasons.append("event-loop lag p99 %.1f ms (> %.1f ms)" % (lag_p99_ms, lag_threshold_ms))
+        # lag also grows when other processes take the client's core: either way the client's
+        # timestamps were late, so its latencies are not the server's alone
+        reasons.append("event-loop lag p99 %.1f ms (> %.1f ms): the client did not run on time "
+                       "(its own load or other processes on its core)"
+                       % (lag_p99_ms, lag_threshold_ms))
     return (bool(reasons), "; ".join(reasons) if reasons else None)

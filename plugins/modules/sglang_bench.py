@@ -118,10 +118,26 @@ options:
         string, or an object with C(prompt) or C(text) (a string), C(messages) (a chat list, only
         with O(endpoint=chat)) or C(input_ids). An optional C(output_len) / C(max_tokens) may be
         given. Blank lines are skipped.
-      - The module runs on the node. Copy a controller file first (M(ansible.builtin.copy)).
+      - The file is read on the node. For a file on the controller, set O(dataset_src=controller):
+        the collection's action plugin then reads it there (relative paths are searched like
+        M(ansible.builtin.copy)'s C(src), including a role's C(files/)) and passes its lines to
+        the module.
       - Prompts are used in order and cycled when a level needs more.
     type: str
     default: random
+  dataset_src:
+    description:
+      - Where the O(dataset) file is. C(node) is the managed node. C(controller) is the Ansible
+        controller; its action plugin reads the file there and passes the lines inline.
+    type: str
+    choices: [node, controller]
+    default: node
+  dataset_lines:
+    description:
+      - The dataset's lines, passed inline. The action plugin sets this for
+        O(dataset_src=controller). The format is the same JSONL as O(dataset).
+    type: list
+    elements: str
   seed:
     description: Seed of the synthetic prompts.
     type: int
@@ -155,6 +171,10 @@ options:
       - Measured durations are divided by it and rates multiplied, so figures read in the
         simulated server's seconds and compare with a real server's.
       - Leave it at C(1.0) for a real server.
+      - Fixed costs that the simulator does not scale are magnified by 1 / O(time_scale) too. The
+        HTTP exchange and the client's own delays are such costs. At 0.05, 2 ms of real request
+        handling reads as 40 ms more TTFT. Compare TTFT with the server's own histogram when it
+        matters.
     type: float
     default: 1.0
   steady_state_ratio:
@@ -187,17 +207,12 @@ EXAMPLES = r"""
       {{ ansible_facts.sglang_bench['32'].output_throughput | round(0) }} tok/s aggregate,
       {{ ansible_facts.sglang_bench['1'].decode_tps_per_request.p50 | round(1) }} tok/s per request
 
-- name: Copy real agentic-coding prompts from the controller to the node
-  ansible.builtin.copy:
-    src: files/agentic_prompts.jsonl
-    dest: /var/tmp/agentic_prompts.jsonl
-    mode: "0644"
-
-- name: Benchmark the chat endpoint on those prompts, three repeats with a 95% interval
+- name: Benchmark the chat endpoint on real agentic-coding prompts kept on the controller
   blackwell.sglang.sglang_bench:
     endpoint: chat
     api_key: "{{ sglang_service_api_key }}"
-    dataset: /var/tmp/agentic_prompts.jsonl
+    dataset: agentic_prompts.jsonl   # files/ of the playbook or role
+    dataset_src: controller
     concurrency: [1, 8]
     num_prompts: 40
     repeats: 3
@@ -335,6 +350,17 @@ def _validate(module, p):
 
 
 def _load_dataset(module, p):
+    if p["dataset_lines"] is not None:
+        source = "dataset %s (from the controller)" % p["dataset"]
+        try:
+            prompts = sc.load_jsonl(p["dataset_lines"], source=source)
+        except ValueError as exc:
+            module.fail_json(msg=str(exc))
+        return _check_prompts(module, prompts, source, p["endpoint"])
+    if p["dataset_src"] == "controller":
+        module.fail_json(msg="dataset_src=controller needs the collection's action plugin, which "
+                             "reads the file on the controller; call the module through a "
+                             "playbook task as blackwell.sglang.sglang_bench")
     if p["dataset"] == "random":
         return None
     path = p["dataset"]
@@ -352,14 +378,17 @@ def _load_dataset(module, p):
         prompts = sc.load_jsonl(lines, source="dataset %s" % path)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    ep = p["endpoint"]
+    return _check_prompts(module, prompts, "dataset %s" % path, p["endpoint"])
+
+
+def _check_prompts(module, prompts, source, ep):
     for i, pr in enumerate(prompts, 1):
         if "messages" in pr and ep != "chat":
-            module.fail_json(msg="dataset %s prompt %d has 'messages'; use endpoint=chat (or "
-                                 "give 'prompt' text)" % (path, i))
+            module.fail_json(msg="%s prompt %d has 'messages'; use endpoint=chat (or give "
+                                 "'prompt' text)" % (source, i))
         if "input_ids" in pr and ep == "chat":
-            module.fail_json(msg="dataset %s prompt %d has 'input_ids'; endpoint=chat needs text "
-                                 "or messages" % (path, i))
+            module.fail_json(msg="%s prompt %d has 'input_ids'; endpoint=chat needs text or "
+                                 "messages" % (source, i))
     return prompts
 
 
@@ -380,6 +409,8 @@ def main():
             temperature=dict(type="float", default=0.0),
             ignore_eos=dict(type="bool"),
             dataset=dict(type="str", default="random"),
+            dataset_src=dict(type="str", default="node", choices=["node", "controller"]),
+            dataset_lines=dict(type="list", elements="str"),
             seed=dict(type="int", default=42),
             repeats=dict(type="int", default=1),
             confidence=dict(type="float", default=0.95),
@@ -395,6 +426,7 @@ def main():
     _validate(module, p)
     cfg = dict(p)
     cfg["prompts"] = _load_dataset(module, p)
+    cfg.pop("dataset_lines")  # the parsed prompts carry them; keep them out of the result
     if cfg["ignore_eos"] is None:
         cfg["ignore_eos"] = cfg["prompts"] is None
     if module.check_mode:

@@ -387,13 +387,17 @@ def report_ratio(name, ours, theirs):
         ("TPOT mean ms", lv["tpot_ms"]["mean"], theirs.get("mean_tpot_ms")),
         ("ITL p50 ms (per token)", lv["itl_ms"]["p50"], theirs.get("median_itl_ms")),
         ("E2E p50 ms", lv["e2e_latency_ms"]["p50"], theirs.get("median_e2e_latency_ms")),
-        ("accept length", lv["accept_length"], theirs.get("accept_length")),
+        # theirs reads /server_info's lifetime average; ours per request (meta_info); our
+        # counter-delta figure is printed separately below
+        ("accept length", lv["request_accept_length"], theirs.get("accept_length")),
     ]
     print("%-26s %12s %12s %8s" % ("figure", "ours", name.split()[0], "ratio"))
     for label, a, b in rows:
         ratio = (a / b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b \
             else float("nan")
         print("%-26s %12s %12s %8.3f" % (label, _fmt(a), _fmt(b), ratio))
+    print("our accept length from /metrics counter deltas: %s (source %s)"
+          % (_fmt(lv["counter_accept_length"]), lv["accept_length_source"]))
 
 
 def _fmt(x):

@@ -156,3 +156,28 @@ def test_server_death_returns_partial_levels():
     levels = res.result["levels"]
     assert levels[0]["completed"] == 5 and levels[0]["failed"] == 0
     assert levels[1]["failed"] > 0
+
+
+def test_inline_dataset_lines():
+    with FakeServerThread() as f:
+        res = run({"url": f.url, "concurrency": [1], "num_prompts": 2, "output_len": 5,
+                   "dataset": "agentic.jsonl", "dataset_src": "controller",
+                   "dataset_lines": ['"a prompt"', "", '{"prompt": "b", "output_len": 3}']})
+    assert res.kind == "exit"
+    lv = res.result["levels"][0]
+    assert lv["completed"] == 2 and lv["total_output_tokens"] == 5 + 3
+    assert "dataset_lines" not in res.result["config"]
+    assert res.result["config"]["dataset_prompts"] == 2
+
+
+def test_inline_dataset_errors():
+    res = run({"dataset": "x.jsonl", "dataset_lines": ["{bad"]})
+    assert res.kind == "fail"
+    assert "dataset x.jsonl (from the controller) line 1 is not valid JSON" in res.result["msg"]
+    res = run({"dataset": "x.jsonl", "dataset_lines": []})
+    assert res.kind == "fail" and "empty" in res.result["msg"]
+
+
+def test_controller_dataset_without_action_plugin():
+    res = run({"dataset": "x.jsonl", "dataset_src": "controller"})
+    assert res.kind == "fail" and "action plugin" in res.result["msg"]
