@@ -59,6 +59,9 @@ FAILED_OUTCOMES = ("rolled_back", "failed", "rollback_failed")
 # The node is at the requested setting (or would be, in check mode).
 DONE_OUTCOMES = ("updated", "unchanged")
 
+# What the summary keeps of the run's plan.
+RUN_KEYS = ("run_id", "started", "finished", "serial", "summary_dir", "in_progress")
+
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
              "speculative_num_draft_tokens")
 # Overrides a tuning winner may carry (the fit ladder's smaller CUDA graphs / fewer requests).
@@ -486,10 +489,10 @@ def rollout_summary(results, hosts, requested=None, budget=None, run=None, check
     """The fleet summary: one row per targeted host, in inventory order.
 
     ``results``: the per-node records the role set (any order; hosts without one are ``skipped``
-    or, when ``run.in_progress`` names them, ``in_progress``). ``run``: ``{"id", "started",
-    "finished", "in_progress": [hosts], "serial", "summary_dir"}``.
+    or, when ``run.in_progress`` names them, ``in_progress``). ``run``: ``{"run_id", "started",
+    "finished", "in_progress": [hosts], "serial", "summary_dir"}`` (other keys are dropped).
     """
-    run = dict(run or {})
+    run = dict((k, v) for k, v in (run or {}).items() if k in RUN_KEYS)
     by_host = dict((r.get("host"), r) for r in (results or []) if isinstance(r, dict) and r.get("host"))
     started = set(run.get("in_progress") or [])
     nodes = []
@@ -553,7 +556,7 @@ def rollout_summary_markdown(summary):
     run = summary.get("run") or {}
     req = summary.get("requested") or {}
     budget = summary.get("budget") or {}
-    out = ["# SGLang rollout %s" % (run.get("id") or ""), ""]
+    out = [("# SGLang rollout %s" % (run.get("run_id") or "")).rstrip(), ""]
     out.append("- setting: **%s** (from %s)" % (req.get("label") or setting_label(req), req.get("source") or "-"))
     src = req.get("tuned_from") or {}
     if src.get("path"):

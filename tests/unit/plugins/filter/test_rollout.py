@@ -264,12 +264,15 @@ def test_summary_rows_in_inventory_order_with_missing_hosts():
                                            "8": {"decode_tps_mean": 190.0, "output_throughput": 1400.4}}}},
     ]
     budget = f.rollout_budget(recs, 4, 0)
-    s = f.rollout_summary(recs, ["n1", "n2", "n3", "n4"], req, budget, {"id": "20261202T150000Z", "in_progress": ["n3"]})
+    s = f.rollout_summary(recs, ["n1", "n2", "n3", "n4"], req, budget,
+                          {"run_id": "20261202T150000Z", "in_progress": ["n3"], "hosts": ["n1"], "serial": 1})
+    assert s["run"] == {"run_id": "20261202T150000Z", "in_progress": ["n3"], "serial": 1}
     assert [n["host"] for n in s["nodes"]] == ["n1", "n2", "n3", "n4"]
     assert [n["outcome"] for n in s["nodes"]] == ["updated", "rolled_back", "in_progress", "skipped"]
     assert s["status"] == "stopped_by_failure_budget" and not s["complete"]
     assert s["counts"] == {"updated": 1, "rolled_back": 1, "in_progress": 1, "skipped": 1}
     md = f.rollout_summary_markdown(s)
+    assert md.startswith("# SGLang rollout 20261202T150000Z\n")
     assert "| n1 | updated | - | - | new | C1 277/270 · C8 190/1400 ✓ |  |" in md
     assert "| n2 | rolled_back | steps=3 topk=1 draft=4 | steps=4 topk=1 draft=5 | old | - | oom_kv_cache: server did not start |" in md
     assert "RuntimeError: Not enough memory" in md
