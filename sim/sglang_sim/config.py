@@ -249,6 +249,6 @@ def lookup_model(model_path):
         except (OSError, ValueError, AttributeError):
             pass
     for name, entry in CATALOG.items():
-        if name.split("/")[-1].lower() == base:
+        if name.rsplit("/", 1)[-1].lower() == base:
             return name, entry
     return DEFAULT_MODEL, CATALOG[DEFAULT_MODEL]

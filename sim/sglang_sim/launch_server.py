@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -116,12 +115,12 @@ class Launcher(object):
         """kill_process_tree: SIGKILL children (unless the orphan fault is on), then self."""
         self.shutting_down = True
         if not self.settings["orphans"]:
-            for _, _, proc in self.children:
+            for _role, _rank, proc in self.children:
                 try:
                     proc.kill()
                 except OSError:
                     pass
-            for _, _, proc in self.children:
+            for _role, _rank, proc in self.children:
                 try:
                     proc.wait(timeout=2)
                 except Exception:
@@ -207,7 +206,7 @@ class Launcher(object):
         model_key, model = config.lookup_model(a["model_path"])
         draft = None
         if a.get("speculative_draft_model_path"):
-            _, draft = config.lookup_model(a["speculative_draft_model_path"])
+            _draft_name, draft = config.lookup_model(a["speculative_draft_model_path"])
         others = _other_used(s, gpus)
         os.makedirs(s["state_dir"], exist_ok=True)
         dev_error = _ensure_devices(s["dev_dir"], len(gpus))
@@ -251,8 +250,9 @@ class Launcher(object):
             title = "sglang::scheduler_TP%d" % rank if tp > 1 else "sglang::scheduler"
             proc = self.spawn(title, cfg)
             self.children.append(("scheduler", rank, proc))
-        det = self.spawn("sglang::detokenizer", {"role": "detokenizer", "state_dir": s["state_dir"],
-                                                  "orphans": s["orphans"], "time_scale": self.scale})
+        det_cfg = {"role": "detokenizer", "state_dir": s["state_dir"], "orphans": s["orphans"],
+                   "time_scale": self.scale}
+        det = self.spawn("sglang::detokenizer", det_cfg)
         self.children.append(("detokenizer", -1, det))
         for role, rank, proc in self.children:
             self.loop.add_reader(proc.stdout.fileno(), self.on_child_output, rank, proc)
@@ -312,12 +312,12 @@ class Launcher(object):
         log("INFO:     Waiting for application shutdown.")
         log("INFO:     Application shutdown complete.")
         log("INFO:     Finished server process [%d]" % os.getpid())
-        for _, _, proc in self.children:
+        for _role, _rank, proc in self.children:
             try:
                 proc.kill()
             except OSError:
                 pass
-        for _, _, proc in self.children:
+        for _role, _rank, proc in self.children:
             try:
                 proc.wait(timeout=2)
             except Exception:

@@ -94,10 +94,11 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0):
         shard = (target + draft) / 48.0
         loaded = max(int(p["avail_begin_mib"] // shard), 0) * shard
         free = max(p["avail_begin_mib"] - loaded, 0)
+        in_use = (loaded + p["context_mib"]) / 1024
         msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
                "%.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process "
-               "has %.2f GiB memory in use." % (shard / 1024, gpu.get("index", 0), total / 1024,
-                                               free / 1024, (loaded + p["context_mib"]) / 1024))
+               "has %.2f GiB memory in use."
+               % (shard / 1024, gpu.get("index", 0), total / 1024, free / 1024, in_use))
         raise OOMError("weights", msg, p)
     p["avail_after_weights_mib"] = p["avail_begin_mib"] - target - draft
     rest = p["avail_after_weights_mib"] - total * (1 - frac)

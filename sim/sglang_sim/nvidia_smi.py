@@ -8,7 +8,6 @@ over live rank processes in <state_dir>/procs/*.json, so a SIGKILLed process fre
 memory like on a real driver.
 """
 
-import os
 import sys
 import time
 
@@ -119,10 +118,10 @@ def _csv(rows, specs, fmt):
     nounits = "nounits" in fmt
     lines = []
     if not noheader:
-        lines.append(", ".join(h for h, _ in specs))
+        lines.append(", ".join(spec[0] for spec in specs))
     for row in rows:
         cells = []
-        for _, fn in specs:
+        for _header, fn in specs:
             value, unit = fn(row)
             cells.append("%s %s" % (value, unit) if unit and not nounits else "%s" % value)
         lines.append(", ".join(cells))

@@ -232,7 +232,7 @@ class Scheduler(object):
                     continue
                 acc = perf.draw_accepted(req.rng, steps, req.alpha) if steps else 0
                 n = 1 + acc
-                ids = [self._next_token(req) for _ in range(n)]
+                ids = [self._next_token(req) for _i in range(n)]
                 if steps:
                     req.verify_ct += 1
                     req.correct_drafts += acc
@@ -303,7 +303,7 @@ class Scheduler(object):
                 self.ttft.observe((now - req.created) / self.scale)
         elif req.log_metrics and ids:
             gap = (now - req.last_token_at) / self.scale / len(ids)
-            for _ in ids:
+            for _tok in ids:
                 self.itl.observe(gap)
         req.last_token_at = now
         delta = req.add_tokens(visible) if visible else ""

@@ -10,6 +10,7 @@ middleware (Authorization: Bearer; /health*, /ready and /metrics exempt).
 
 import asyncio
 import json
+import math
 import time
 import uuid
 from http import HTTPStatus
@@ -109,7 +110,7 @@ class Server(object):
                         return
                     if length:
                         body = await reader.readexactly(length)
-                path, _, query = target.partition("?")
+                path, _sep, query = target.partition("?")
                 try:
                     keep = await self.dispatch(method, path, query, headers, body, writer, keep)
                 except HTTPError as exc:
@@ -229,7 +230,7 @@ class Server(object):
 
     def model_info(self):
         from sglang_sim.config import lookup_model
-        _, m = lookup_model(self.args["model_path"])
+        m = lookup_model(self.args["model_path"])[1]
         return {
             "model_path": self.args["model_path"],
             "served_model_name": self.model_name,
@@ -387,7 +388,7 @@ class Server(object):
         if not isinstance(max_new, int) or isinstance(max_new, bool):
             raise ValueError("max_new_tokens must be an integer, got %r." % (max_new,))
         if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) \
-                or temperature < 0 or temperature != temperature or temperature == float("inf"):
+                or not math.isfinite(temperature) or temperature < 0:
             raise ValueError("temperature must be a non-negative finite number, got %s." % (temperature,))
         if max_new < 0:
             raise ValueError("max_new_tokens must be at least 0, got %d." % max_new)

@@ -22,7 +22,7 @@ def word(token_id):
     i = int(token_id)
     out = []
     n = i
-    for _ in range(3):
+    for _i in range(3):
         out.append(_CONS[n % 17])
         n //= 17
         out.append(_VOW[n % 5])

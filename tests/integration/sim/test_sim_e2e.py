@@ -27,7 +27,7 @@ SCALE = 0.2
 
 def _gen_body(n, stream=True, seed=0):
     rng = random.Random(seed)
-    return {"input_ids": [rng.randrange(100, 150000) for _ in range(64)], "stream": stream,
+    return {"input_ids": [rng.randrange(100, 150000) for _i in range(64)], "stream": stream,
             "sampling_params": {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}}
 
 
@@ -44,7 +44,7 @@ async def _stream(port, n, seed):
 def _smi(sim, *args):
     env = dict(sim.env)
     return subprocess.run([sys.executable, "-m", "sglang_sim.nvidia_smi"] + list(args), env=env,
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30, check=False)
 
 
 @pytest.fixture
@@ -82,7 +82,7 @@ def _check_stream(chunks, n):
     assert meta["prompt_tokens"] == 64
     assert len(final["text"].split()) == n
     # cumulative outputs: every chunk extends the previous one
-    for (_, a), (_, b) in zip(chunks, chunks[1:]):
+    for (_ta, a), (_tb, b) in zip(chunks, chunks[1:]):
         assert b["output_ids"][:len(a["output_ids"])] == a["output_ids"]
         assert b["text"].startswith(a["text"])
     assert meta["spec_verify_ct"] >= n / 4
@@ -102,7 +102,7 @@ def _best_of(attempts, measure, want, tol):
     """Timing on a shared 2-core machine: a stalled client only ever makes a run look
     slower, so take the closest of a few runs (a wrong model misses in every run)."""
     seen = []
-    for _ in range(attempts):
+    for _i in range(attempts):
         value = measure()
         seen.append(value)
         if abs(value / want - 1) < tol:
@@ -140,7 +140,7 @@ def test_streaming_c1_and_c16_counts_spec_and_speed(server):
 
 def test_server_info_accept_length_and_flush(server):
     run(_stream(server.port, 64, 3))
-    status, _, body = run(request(server.port, "GET", "/server_info", headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "GET", "/server_info", headers=AUTH))
     info = json.loads(body)
     acc = info["internal_states"][0]["avg_spec_accept_length"]
     assert 3.5 < acc <= 4.0
@@ -148,13 +148,13 @@ def test_server_info_accept_length_and_flush(server):
     assert info["max_running_requests"] == 48 and info["tp_size"] == 4
     assert info["version"] == "0.5.23"
     assert info["sim"]["time_scale"] == SCALE
-    status, _, body = run(request(server.port, "GET", "/get_server_info", headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "GET", "/get_server_info", headers=AUTH))
     assert status == 200 and "internal_states" in json.loads(body)
-    status, _, body = run(request(server.port, "POST", "/flush_cache", headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "POST", "/flush_cache", headers=AUTH))
     assert status == 200 and body.startswith(b"Cache flushed.")
     info = json.loads(run(request(server.port, "GET", "/server_info", headers=AUTH))[2])
     assert info["internal_states"][0]["avg_spec_accept_length"] is None
-    status, _, body = run(request(server.port, "GET", "/model_info", headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "GET", "/model_info", headers=AUTH))
     mi = json.loads(body)
     assert mi["model_path"] == MODEL and mi["is_generation"] is True
 
@@ -186,34 +186,34 @@ def _metrics(sim):
 
 
 def test_api_key(server):
-    status, _, body = run(request(server.port, "POST", "/generate", _gen_body(4, False)))
+    status, _hdrs, body = run(request(server.port, "POST", "/generate", _gen_body(4, False)))
     assert status == 401 and json.loads(body) == {"error": "Unauthorized"}
-    status, _, _ = run(request(server.port, "GET", "/v1/models",
-                               headers={"Authorization": "Bearer wrong"}))
+    status = run(request(server.port, "GET", "/v1/models",
+                         headers={"Authorization": "Bearer wrong"}))[0]
     assert status == 401
     for path in ("/health", "/health_generate", "/metrics"):
         assert run(request(server.port, "GET", path))[0] == 200, path
 
 
 def test_bad_input(server):
-    status, _, body = run(request(server.port, "POST", "/generate", b"{not json", headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "POST", "/generate", b"{not json", headers=AUTH))
     err = json.loads(body)
     assert status == 400 and "JSON decode error" in err["message"] and err["code"] == 400
     bad = _gen_body(4, False)
     bad["sampling_params"]["max_new_tokens"] = -5
-    status, _, body = run(request(server.port, "POST", "/generate", bad, headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "POST", "/generate", bad, headers=AUTH))
     assert status == 400
     assert json.loads(body) == {"error": {"message": "max_new_tokens must be at least 0, got -5."}}
-    status, _, body = run(request(server.port, "POST", "/generate", {"sampling_params": {}},
-                                  headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "POST", "/generate", {"sampling_params": {}},
+                                      headers=AUTH))
     assert status == 400 and "text or input_ids" in json.loads(body)["error"]["message"]
-    status, _, body = run(request(server.port, "POST", "/v1/completions", {"prompt": "hi"},
-                                  headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "POST", "/v1/completions", {"prompt": "hi"},
+                                      headers=AUTH))
     err = json.loads(body)
     assert status == 400 and err["object"] == "error" and "model" in err["message"]
-    status, _, body = run(request(server.port, "POST", "/v1/chat/completions",
-                                  {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                                   "max_tokens": -1}, headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "POST", "/v1/chat/completions",
+                                      {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                       "max_tokens": -1}, headers=AUTH))
     err = json.loads(body)
     assert status == 400 and err["type"] == "BadRequestError"
     assert run(request(server.port, "GET", "/nope", headers=AUTH))[0] == 404
@@ -221,31 +221,31 @@ def test_bad_input(server):
 
 
 def test_openai_endpoints(server):
-    status, _, body = run(request(server.port, "GET", "/v1/models", headers=AUTH))
+    status, _hdrs, body = run(request(server.port, "GET", "/v1/models", headers=AUTH))
     models = json.loads(body)
     assert models["data"][0]["id"] == MODEL and models["data"][0]["max_model_len"] > 0
     body = {"model": MODEL, "prompt": "Please explain how the code in this function works",
             "max_tokens": 30, "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}
-    status, _, events = run(request(server.port, "POST", "/v1/completions", body, headers=AUTH,
-                                    stream=True))
+    status, _hdrs, events = run(request(server.port, "POST", "/v1/completions", body, headers=AUTH,
+                                        stream=True))
     assert status == 200 and events[-1][1] == "[DONE]"
-    chunks = [json.loads(d) for _, d in events[:-1]]
+    chunks = [json.loads(d) for _when, d in events[:-1]]
     text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     assert len(text.split()) == 30
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 30
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}],
             "max_tokens": 12, "ignore_eos": True}
-    status, _, raw = run(request(server.port, "POST", "/v1/chat/completions", body, headers=AUTH))
+    status, _hdrs, raw = run(request(server.port, "POST", "/v1/chat/completions", body, headers=AUTH))
     out = json.loads(raw)
     assert status == 200 and out["object"] == "chat.completion"
     assert out["usage"]["completion_tokens"] == 12
     assert out["choices"][0]["finish_reason"] == "length"
     body["stream"] = True
-    status, _, events = run(request(server.port, "POST", "/v1/chat/completions", body,
-                                    headers=AUTH, stream=True))
-    chunks = [json.loads(d) for _, d in events[:-1]]
+    status, _hdrs, events = run(request(server.port, "POST", "/v1/chat/completions", body,
+                                        headers=AUTH, stream=True))
+    chunks = [json.loads(d) for _when, d in events[:-1]]
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert len(content.split()) == 12
@@ -255,7 +255,7 @@ def test_realistic_prompts_accept_less(server):
     async def one(text, temp):
         body = {"text": text, "stream": False,
                 "sampling_params": {"max_new_tokens": 120, "temperature": temp, "ignore_eos": True}}
-        status, _, raw = await request(server.port, "POST", "/generate", body, headers=AUTH)
+        status, _hdrs, raw = await request(server.port, "POST", "/generate", body, headers=AUTH)
         return json.loads(raw)["meta_info"]["spec_accept_length"]
 
     real = run(one("Please explain how the code in this function works and what it is for", 0.0))
@@ -375,14 +375,14 @@ def test_occupied_port(start_sim):
 def test_bad_cli(tmp_path):
     env = sim_env(tmp_path)
     base = [sys.executable, "-m", "sglang_sim.launch_server", "--model-path", MODEL]
-    r = subprocess.run(base + ["--cuda-graph-max-bs", "64"], env=env, capture_output=True, text=True)
+    r = subprocess.run(base + ["--cuda-graph-max-bs", "64"], env=env, capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "sglang serve: error: ambiguous option: --cuda-graph-max-bs" in r.stderr
-    r = subprocess.run(base + ["--speculative-algorithm", "FOO"], env=env, capture_output=True, text=True)
+    r = subprocess.run(base + ["--speculative-algorithm", "FOO"], env=env, capture_output=True, text=True, check=False)
     assert r.returncode == 1 and "ValueError: Unknown speculative algorithm name: FOO" in r.stderr
     r = subprocess.run([sys.executable, "-m", "sglang_sim.launch_server", "--model-path",
-                        str(tmp_path / "missing")], env=env, capture_output=True, text=True)
+                        str(tmp_path / "missing")], env=env, capture_output=True, text=True, check=False)
     assert r.returncode == 1 and "HFValidationError" in r.stderr and "Traceback" in r.stderr
-    r = subprocess.run(base + ["--port", "x"], env=env, capture_output=True, text=True)
+    r = subprocess.run(base + ["--port", "x"], env=env, capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "argument --port: invalid int value: 'x'" in r.stderr
 
 

@@ -15,8 +15,8 @@ def _plan(steps=None, extra=(), profile="rtx-pro-6000-x4", other=0.0):
     argv += list(extra)
     settings = {"profile": profile, "gpu_memory_mib": None, "gpu_count": None}
     gpu = config.gpus(settings)[0]
-    args, _ = server_args.resolve(server_args.parse(argv), gpu["memory_mib"])
-    _, model = config.lookup_model(MODEL)
+    args, _warnings = server_args.resolve(server_args.parse(argv), gpu["memory_mib"])
+    _unused, model = config.lookup_model(MODEL)
     return args, memory.plan(gpu, model, args, other_used_mib=other)
 
 
@@ -59,13 +59,13 @@ def test_steps_10_fits_with_fewer_running_requests():
 
 
 def test_memory_grows_with_draft_tokens_and_graph_bs():
-    _, p3 = _plan(3)
-    _, p5 = _plan(5)
+    _unused, p3 = _plan(3)
+    _unused, p5 = _plan(5)
     assert p5["mamba_mib"] > p3["mamba_mib"]
     assert p5["spec_buffer_mib"] > p3["spec_buffer_mib"]
     assert p5["graph_mib"] > p3["graph_mib"]
     assert p5["max_total_num_tokens"] < p3["max_total_num_tokens"]
-    _, small = _plan(5, ["--cuda-graph-max-bs-decode", "64"])
+    _unused, small = _plan(5, ["--cuda-graph-max-bs-decode", "64"])
     assert small["graph_mib"] < p5["graph_mib"]
 
 
@@ -99,14 +99,14 @@ def test_too_large_mem_fraction_fails_graph_capture():
 
 
 def test_memory_held_by_orphans_breaks_the_next_start():
-    _, p = _plan(3)
+    _unused, p = _plan(3)
     with pytest.raises(memory.OOMError) as err:
         _plan(3, other=p["used_mib"])
     assert err.value.kind == "weights"
 
 
 def test_fp8_kv_doubles_token_capacity():
-    _, bf16 = _plan(3)
+    _unused, bf16 = _plan(3)
     argv = ["--kv-cache-dtype", "fp8_e4m3"]
     args, fp8 = _plan(3, argv)
     assert fp8["max_total_num_tokens"] > 1.9 * bf16["max_total_num_tokens"]

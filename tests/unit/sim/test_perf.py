@@ -70,16 +70,16 @@ def test_draw_accepted_matches_expectation():
     rng = random.Random(7)
     alpha = 0.72
     n = 20000
-    mean = sum(1 + perf.draw_accepted(rng, 4, alpha) for _ in range(n)) / n
+    mean = sum(1 + perf.draw_accepted(rng, 4, alpha) for _i in range(n)) / n
     assert abs(mean - perf.expected_accept_length(4, alpha)) < 0.05
 
 
 def test_noise_is_small_and_seeded():
-    a = [perf.noisy(random.Random(1), 10.0) for _ in range(3)]
-    b = [perf.noisy(random.Random(1), 10.0) for _ in range(3)]
+    a = [perf.noisy(random.Random(1), 10.0) for _i in range(3)]
+    b = [perf.noisy(random.Random(1), 10.0) for _i in range(3)]
     assert a == b
     rng = random.Random(3)
-    vals = [perf.noisy(rng, 10.0) for _ in range(5000)]
+    vals = [perf.noisy(rng, 10.0) for _i in range(5000)]
     mean = sum(vals) / len(vals)
     sd = (sum((v - mean) ** 2 for v in vals) / len(vals)) ** 0.5
     assert abs(mean - 10.0) < 0.05
