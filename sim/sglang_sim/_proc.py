@@ -113,6 +113,15 @@ def read_live_procs(state_dir):
     return out
 
 
+def raw_log(msg, stream=None):
+    stream = stream or sys.stderr
+    try:
+        stream.write(msg + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
 def log(msg, prefix="", stream=None):
     """One log line in SGLang's format: [YYYY-mm-dd HH:MM:SS<prefix>] msg."""
     stream = stream or sys.stderr

@@ -12,6 +12,7 @@ import asyncio
 import errno
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -25,6 +26,11 @@ from sglang_sim.server import Server
 
 def log(msg):
     _proc.log(msg)
+
+
+def uvicorn_log(msg):
+    """uvicorn's own format ("INFO:     ..."), without SGLang's timestamp prefix."""
+    _proc.raw_log(msg)
 
 
 def _fail_args(exc):
@@ -267,20 +273,20 @@ class Launcher(object):
                                cuda_graph=not a["disable_cuda_graph"])
         self.sched.start()
         self.srv = Server(a, self.sched, s, plan0, time.time())
-        log("INFO:     Started server process [%d]" % os.getpid())
-        log("INFO:     Waiting for application startup.")
-        log("INFO:     Application startup complete.")
+        uvicorn_log("INFO:     Started server process [%d]" % os.getpid())
+        uvicorn_log("INFO:     Waiting for application startup.")
+        uvicorn_log("INFO:     Application startup complete.")
         try:
             self.http = await asyncio.start_server(self.srv.handle, a["host"], a["port"],
                                                    reuse_address=True, limit=1 << 20, backlog=1024)
         except OSError as exc:
-            log("ERROR:    [Errno %d] error while attempting to bind on address %r: %s"
+            uvicorn_log("ERROR:    [Errno %d] error while attempting to bind on address %r: %s"
                 % (exc.errno or 0, (a["host"], a["port"]), _strerror(exc)))
-            log("INFO:     Waiting for application shutdown.")
-            log("INFO:     Application shutdown complete.")
+            uvicorn_log("INFO:     Waiting for application shutdown.")
+            uvicorn_log("INFO:     Application shutdown complete.")
             self.kill_tree(include_self=False)
             return 1
-        log("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (a["host"], a["port"]))
+        uvicorn_log("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)" % (a["host"], a["port"]))
         if not a["skip_server_warmup"]:
             await self.warmup()
         else:
@@ -298,20 +304,21 @@ class Launcher(object):
                       log_metrics=False, steps=self.sched.steps)
         self.sched.submit(req)
         await req.done
-        log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        uvicorn_log('INFO:     127.0.0.1:%d - "POST /generate HTTP/1.1" 200 OK'
+                    % random.randint(32768, 60999))
         self.srv.status = "Up"
 
     def on_term(self):
         # uvicorn's graceful shutdown, then SGLang's kill_process_tree(include_parent=False).
         self.shutting_down = True
-        log("INFO:     Shutting down")
+        uvicorn_log("INFO:     Shutting down")
         if self.srv is not None:
             self.srv.status = "Shutdown"
         if self.http is not None:
             self.http.close()
-        log("INFO:     Waiting for application shutdown.")
-        log("INFO:     Application shutdown complete.")
-        log("INFO:     Finished server process [%d]" % os.getpid())
+        uvicorn_log("INFO:     Waiting for application shutdown.")
+        uvicorn_log("INFO:     Application shutdown complete.")
+        uvicorn_log("INFO:     Finished server process [%d]" % os.getpid())
         for _role, _rank, proc in self.children:
             try:
                 proc.kill()

@@ -169,21 +169,35 @@ class Server(object):
         if self.api_key and path not in _AUTH_EXEMPT:
             auth = headers.get("authorization", "")
             if auth != "Bearer " + self.api_key:
+                self.access(writer, method, path, 401)
                 raise HTTPError(401, _json({"error": "Unauthorized"}))
         route = ROUTES.get(path)
         if route is None:
+            self.access(writer, method, path, 404)
             raise HTTPError(404, _json({"detail": "Not Found"}))
         methods, name = route
         if method not in methods:
             raise HTTPError(405, _json({"detail": "Method Not Allowed"}))
         handler = getattr(self, name)
-        result = await handler(method=method, query=query, headers=headers, body=body,
-                               writer=writer, keep=keep)
+        try:
+            result = await handler(method=method, query=query, headers=headers, body=body,
+                                   writer=writer, keep=keep)
+        except HTTPError as exc:
+            self.access(writer, method, path, exc.status)
+            raise
         if result is None:  # a streamed response already went out
+            self.access(writer, method, path, 200)
             return keep
         status, payload, ctype = result
+        self.access(writer, method, path, status)
         await self._send(writer, status, payload, ctype, keep)
         return keep
+
+    def access(self, writer, method, path, status):
+        """uvicorn's access log line."""
+        peer = writer.get_extra_info("peername") or ("127.0.0.1", 0)
+        _proc.raw_log('INFO:     %s:%d - "%s %s HTTP/1.1" %d %s'
+                      % (peer[0], peer[1], method, path, status, HTTPStatus(status).phrase))
 
     def _parse_json(self, headers, body, openai=False):
         ctype = headers.get("content-type", "")
