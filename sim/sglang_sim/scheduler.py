@@ -47,7 +47,7 @@ class Request(object):
         "rid", "input_ids", "prompt_len", "max_new", "ignore_eos", "temperature", "alpha",
         "natural_len", "output_ids", "text", "ids_str", "verify_ct", "correct_drafts",
         "hist", "created", "first_token_at", "last_token_at", "finished", "finish_reason",
-        "sink", "done", "rng", "log_metrics", "cached_tokens", "stop_ids", "aborted",
+        "sink", "done", "rng", "log_metrics", "cached_tokens", "stop_ids", "aborted", "streaming",
     )
 
     def __init__(self, rid, input_ids, max_new, ignore_eos, temperature, realistic,
@@ -79,6 +79,7 @@ class Request(object):
         self.cached_tokens = 0
         self.stop_ids = stop_ids
         self.aborted = False
+        self.streaming = sink is not None
 
     def add_tokens(self, ids):
         self.output_ids.extend(ids)
@@ -111,9 +112,11 @@ class Scheduler(object):
         # lifetime counters (metrics and /server_info)
         self.spec_accepted_tokens = 0
         self.spec_verify_forwards = 0
-        self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
-        self.num_requests_total = 0
+        # Per is_streaming label, updated when a request finishes (as SGLang's
+        # TokenizerMetricsCollector.observe_one_finished_request does).
+        self.prompt_tokens_total = {"false": 0, "true": 0}
+        self.generation_tokens_total = {"false": 0, "true": 0}
+        self.num_requests_total = {"false": 0, "true": 0}
         self.spec_verify_calls_total = 0
         self.last_gen_throughput = 0.0
         self.window_tokens = 0
@@ -123,7 +126,7 @@ class Scheduler(object):
         self.last_accept_length = None
         self.ttft = Histogram(HIST_BUCKETS_TTFT)
         self.itl = Histogram(HIST_BUCKETS_ITL)
-        self.e2e = Histogram(HIST_BUCKETS_E2E)
+        self.e2e = {"false": Histogram(HIST_BUCKETS_E2E), "true": Histogram(HIST_BUCKETS_E2E)}
         self.last_receive = time.time()
         self.log_prefix = log_prefix
         self.cuda_graph = cuda_graph
@@ -137,9 +140,6 @@ class Scheduler(object):
         return "%032x" % random.Random("%s/%d" % (self.seed, self.next_rid)).getrandbits(128)
 
     def submit(self, req):
-        if req.log_metrics:
-            self.num_requests_total += 1
-            self.prompt_tokens_total += req.prompt_len
         self.waiting.append(req)
         self.wake.set()
 
@@ -149,12 +149,23 @@ class Scheduler(object):
         req.aborted = True
         req.finished = True
         req.finish_reason = {"type": "abort", "message": "Abort before prefill"}
+        self._finished_metrics(req, time.time())
         if req in self.waiting:
             self.waiting.remove(req)
         if req in self.running:
             self.running.remove(req)
         if not req.done.done():
             req.done.set_result(req)
+
+    def _finished_metrics(self, req, now):
+        if not req.log_metrics:
+            return
+        label = "true" if req.streaming else "false"
+        self.prompt_tokens_total[label] += req.prompt_len
+        self.generation_tokens_total[label] += len(req.output_ids)
+        self.num_requests_total[label] += 1
+        self.spec_verify_calls_total += req.verify_ct
+        self.e2e[label].observe((now - req.created) / self.scale)
 
     def idle(self):
         return not self.running and not self.waiting
@@ -246,8 +257,6 @@ class Scheduler(object):
                         self.spec_verify_forwards += 1
                 step_tokens += n
                 self._emit(req, ids, now)
-            if steps:
-                self.spec_verify_calls_total += 1
             self.running = [r for r in self.running if not r.finished]
             self.window_steps += 1
             self.window_tokens += step_tokens
@@ -309,13 +318,10 @@ class Scheduler(object):
         delta = req.add_tokens(visible) if visible else ""
         if len(ids) != len(visible):
             req.output_ids.append(tokenizer.EOS_TOKEN_ID)
-        if req.log_metrics:
-            self.generation_tokens_total += len(ids)
         if finish is not None:
             req.finished = True
             req.finish_reason = finish
-            if req.log_metrics:
-                self.e2e.observe((now - req.created) / self.scale)
+            self._finished_metrics(req, now)
         if req.sink is not None:
             try:
                 req.sink(req, delta, len(ids))

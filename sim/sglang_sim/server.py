@@ -339,19 +339,29 @@ class Server(object):
         def metric(name, kind, help_, value, extra=""):
             out.append("# HELP sglang:%s %s" % (name, help_))
             out.append("# TYPE sglang:%s %s" % (name, kind))
+            if isinstance(value, dict):  # per is_streaming label
+                for key in sorted(value):
+                    lab = labels + ',is_streaming="%s"' % key
+                    out.append("sglang:%s{%s} %s" % (name, lab, _fmt(value[key])))
+                return
             lab = labels + ("," + extra if extra else "")
             out.append("sglang:%s{%s} %s" % (name, lab, _fmt(value)))
 
-        def hist(name, help_, h):
+        def hist(name, help_, hists):
             out.append("# HELP sglang:%s %s" % (name, help_))
             out.append("# TYPE sglang:%s histogram" % name)
-            acc = 0
-            for b, c in zip(h.buckets, h.counts):
-                acc += c
-                out.append('sglang:%s_bucket{%s,le="%s"} %s' % (name, labels, _fmt(float(b)), _fmt(float(acc))))
-            out.append('sglang:%s_bucket{%s,le="+Inf"} %s' % (name, labels, _fmt(float(h.count))))
-            out.append("sglang:%s_count{%s} %s" % (name, labels, _fmt(float(h.count))))
-            out.append("sglang:%s_sum{%s} %s" % (name, labels, _fmt(h.sum)))
+            if not isinstance(hists, dict):
+                hists = {None: hists}
+            for key in sorted(hists, key=str):
+                h = hists[key]
+                lab = labels + (',is_streaming="%s"' % key if key else "")
+                acc = 0
+                for b, c in zip(h.buckets, h.counts):
+                    acc += c
+                    out.append('sglang:%s_bucket{%s,le="%s"} %s' % (name, lab, _fmt(float(b)), _fmt(float(acc))))
+                out.append('sglang:%s_bucket{%s,le="+Inf"} %s' % (name, lab, _fmt(float(h.count))))
+                out.append("sglang:%s_count{%s} %s" % (name, lab, _fmt(float(h.count))))
+                out.append("sglang:%s_sum{%s} %s" % (name, lab, _fmt(h.sum)))
 
         p = self.plan
         metric("num_running_reqs", "gauge", "The number of running requests.", len(s.running))
@@ -378,10 +388,10 @@ class Server(object):
             metric("spec_num_steps", "gauge", "The number of speculative decoding steps.", self.steps)
             metric("spec_num_draft_tokens", "gauge", "The number of speculative draft tokens.",
                    self.args.get("speculative_num_draft_tokens"))
-        metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.", float(s.prompt_tokens_total))
+        metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.", s.prompt_tokens_total)
         metric("generation_tokens_total", "counter", "Number of generation tokens processed.",
-               float(s.generation_tokens_total))
-        metric("num_requests_total", "counter", "Number of requests processed.", float(s.num_requests_total))
+               s.generation_tokens_total)
+        metric("num_requests_total", "counter", "Number of requests processed.", s.num_requests_total)
         metric("spec_verify_calls_total", "counter", "Number of speculative verify forward calls.",
                float(s.spec_verify_calls_total))
         hist("time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft)

@@ -161,11 +161,15 @@ def test_server_info_accept_length_and_flush(server):
 
 def test_metrics(server):
     before = _metrics(server)
-    run(_stream(server.port, 40, 4))
+    chunks = run(_stream(server.port, 40, 4))
     after = _metrics(server)
+    meta = chunks[-1][1]["meta_info"]
     assert after["sglang:generation_tokens_total"] - before["sglang:generation_tokens_total"] == 40
     assert after["sglang:num_requests_total"] - before["sglang:num_requests_total"] == 1
-    assert after["sglang:spec_verify_calls_total"] > before["sglang:spec_verify_calls_total"]
+    # per finished request, as SGLang 0.5.23: the counter accept length is the request's
+    dverify = after["sglang:spec_verify_calls_total"] - before["sglang:spec_verify_calls_total"]
+    assert dverify == meta["spec_verify_ct"]
+    assert 40 / dverify == pytest.approx(meta["spec_accept_length"])
     assert 3.0 < after["sglang:spec_accept_length"] <= 4.0
     assert after["sglang:num_running_reqs"] == 0
     assert after["sglang:spec_num_draft_tokens"] == 4
@@ -180,8 +184,8 @@ def _metrics(sim):
             continue
         m = re.match(r"^([a-z0-9_:]+)\{[^}]*\} (\S+)$", line)
         assert m, line
-        if not m.group(1).endswith(("_bucket",)):
-            out[m.group(1)] = float(m.group(2))
+        if not m.group(1).endswith(("_bucket",)):  # sum over label sets (is_streaming)
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
     return out
 
 

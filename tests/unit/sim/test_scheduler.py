@@ -34,7 +34,10 @@ def test_length_finish_and_counts():
     assert req.verify_ct == len(seen) - 1
     assert sum(req.hist) == req.verify_ct
     assert len(req.text.split()) == 37
-    assert s.generation_tokens_total == 37 and s.prompt_tokens_total == 10
+    # counted when the request finishes, under is_streaming="true" (it had a sink)
+    assert s.generation_tokens_total == {"false": 0, "true": 37}
+    assert s.prompt_tokens_total["true"] == 10 and s.num_requests_total["true"] == 1
+    assert s.spec_verify_calls_total == req.verify_ct
 
 
 def test_eos_without_ignore_eos():
