@@ -124,6 +124,7 @@ class Scheduler(object):
         self.window_steps = 0
         self.window_accept = (0, 0)
         self.last_accept_length = None
+        self.last_accept_rate = None
         self.ttft = Histogram(HIST_BUCKETS_TTFT)
         self.itl = Histogram(HIST_BUCKETS_ITL)
         self.e2e = {"false": Histogram(HIST_BUCKETS_E2E), "true": Histogram(HIST_BUCKETS_E2E)}
@@ -174,6 +175,7 @@ class Scheduler(object):
         self.spec_accepted_tokens = 0
         self.spec_verify_forwards = 0
         self.last_accept_length = None
+        self.last_accept_rate = None
 
     def avg_accept_length(self):
         if not self.spec_verify_forwards:
@@ -281,6 +283,9 @@ class Scheduler(object):
             acc_len = tokens / float(forwards) if forwards else 0.0
             rate = correct / float(forwards * self.steps) if forwards else 0.0
             msg += "accept len: %.2f, accept rate: %.2f, " % (acc_len, rate)
+            if forwards:
+                self.last_accept_length = acc_len
+                self.last_accept_rate = rate
             self.window_spec = [0, 0, 0]
         msg += "cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d" % (
             self.cuda_graph, self.last_gen_throughput, len(self.waiting))

@@ -11,6 +11,7 @@ middleware (Authorization: Bearer; /health*, /ready and /metrics exempt).
 import asyncio
 import json
 import math
+import os
 import time
 import uuid
 from http import HTTPStatus
@@ -179,9 +180,10 @@ class Server(object):
         if method not in methods:
             raise HTTPError(405, _json({"detail": "Method Not Allowed"}))
         handler = getattr(self, name)
+        kwargs = {"path": path} if name == "r_health" else {}
         try:
             result = await handler(method=method, query=query, headers=headers, body=body,
-                                   writer=writer, keep=keep)
+                                   writer=writer, keep=keep, **kwargs)
         except HTTPError as exc:
             self.access(writer, method, path, exc.status)
             raise
@@ -220,15 +222,19 @@ class Server(object):
         return obj
 
     # ------------------------------------------------------------------ simple routes
-    async def r_health(self, method, query, headers, body, writer, keep):
+    async def r_health(self, method, query, headers, body, writer, keep, path="/health"):
         if self.status == "Starting" or self.status == "Shutdown":
             return 503, b"", "text/plain"
+        if (os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "1").lower() in ("0", "false")
+                and path == "/health"):
+            return 200, b"", "text/plain"
         req = Request(self.sched.new_rid(), [0], 1, False, 0.0, False, self.sched.seed,
                       log_metrics=False, steps=self.steps)
         tic = time.time()
         self.sched.submit(req)
         # Like SGLang: poll once a second for any response from the scheduler.
-        while time.time() < tic + HEALTH_CHECK_TIMEOUT * self.scale:
+        timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", HEALTH_CHECK_TIMEOUT))
+        while time.time() < tic + timeout * self.scale:
             await asyncio.sleep(min(1.0 * self.scale, 1.0))
             if self.sched.last_receive > tic:
                 self.sched.abort(req)
@@ -236,7 +242,7 @@ class Server(object):
                 return 200, b"", "text/plain"
         self.sched.abort(req)
         self.log("Health check failed. Server couldn't get a response from detokenizer for last "
-                 "%d seconds." % HEALTH_CHECK_TIMEOUT)
+                 "%d seconds." % timeout)
         return 503, b"", "text/plain"
 
     async def r_ready(self, method, query, headers, body, writer, keep):
@@ -381,9 +387,14 @@ class Server(object):
                round(p.get("avail_after_graph_mib", 0) / 1024, 2))
         metric("num_retracted_reqs", "gauge", "The number of retracted requests.", 0)
         if self.spec:
-            acc = s.avg_accept_length() or 0.0
+            # Gauges refreshed each decode log window (40 steps), like SGLang's; before the
+            # first window, the lifetime value.
+            acc = s.last_accept_length
+            rate = s.last_accept_rate
+            if acc is None:
+                acc = s.avg_accept_length() or 0.0
+                rate = (acc - 1) / self.steps if self.steps and acc else 0.0
             metric("spec_accept_length", "gauge", "The average acceptance length of speculative decoding.", acc)
-            rate = (acc - 1) / self.steps if self.steps and acc else 0.0
             metric("spec_accept_rate", "gauge", "The average acceptance rate of speculative decoding.", rate)
             metric("spec_num_steps", "gauge", "The number of speculative decoding steps.", self.steps)
             metric("spec_num_draft_tokens", "gauge", "The number of speculative draft tokens.",
