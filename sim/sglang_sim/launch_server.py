@@ -171,24 +171,11 @@ class Launcher(object):
             self.loop.remove_reader(proc.stdout.fileno())
             if self.shutting_down:
                 return
-            if rank in self.ready and self.srv is not None:
-                # SubprocessWatchdog: a child died after startup -> SIGQUIT -> kill the tree.
-                code = proc.wait()
-                name = "scheduler_%d" % rank if rank >= 0 else "detokenizer"
-                log("Subprocess %s (pid=%d) crashed with exit code %d. Triggering SIGQUIT for "
-                    "cleanup..." % (name, proc.pid, code))
-                log("SIGQUIT received. signum=<Signals.SIGQUIT: 3>, frame=None. It usually means "
-                    "one child failed.")
-                self.kill_tree()
-                return
-            if rank not in self.ready and not self.failed:
-                # Died without a word (e.g. SIGKILLed by the OOM killer or an operator).
-                self.failed = True
-                code = proc.wait()
-                log("Rank %d scheduler died during initialization (exit code: %d). If exit code is "
-                    "-9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` "
-                    "to check." % (rank, code))
-                self.kill_tree()
+            # SGLang notices dead children by polling (SubprocessWatchdog every 1 s, the init
+            # wait every 5 s); the delay also lets a concurrent SIGTERM (systemctl stop signals
+            # the whole cgroup) win, as it does on a real node.
+            delay = 1.0 if rank in self.ready else 0.2
+            self.loop.call_later(delay, self._child_died, rank, proc)
             return
         status = line.decode().strip()
         if status == "ready":
@@ -197,6 +184,26 @@ class Launcher(object):
                 self.done.set_result(True)
         elif status == "failed":
             self.failed = True
+
+    def _child_died(self, rank, proc):
+        if self.shutting_down:
+            return
+        code = proc.wait()
+        if rank in self.ready and self.srv is not None:
+            # SubprocessWatchdog: a child died after startup -> SIGQUIT -> kill the tree.
+            name = "scheduler_%d" % rank if rank >= 0 else "detokenizer"
+            log("Subprocess %s (pid=%d) crashed with exit code %d. Triggering SIGQUIT for "
+                "cleanup..." % (name, proc.pid, code))
+            log("SIGQUIT received. signum=<Signals.SIGQUIT: 3>, frame=None. It usually means "
+                "one child failed.")
+            self.kill_tree()
+        elif rank not in self.ready and not self.failed:
+            # Died without a word (e.g. SIGKILLed by the OOM killer or an operator).
+            self.failed = True
+            log("Rank %d scheduler died during initialization (exit code: %d). If exit code is "
+                "-9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` "
+                "to check." % (rank, code))
+            self.kill_tree()
 
     # -------------------------------------------------------------- main flow
     async def run(self):
@@ -334,7 +341,10 @@ class Launcher(object):
         if stop is not None and not stop.done():
             stop.set_result(True)
         else:
-            os._exit(0)
+            # Before uvicorn runs, SGLang's main process has Python's default SIGTERM action.
+            sys.stderr.flush()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _strerror(exc):
