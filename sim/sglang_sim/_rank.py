@@ -108,6 +108,8 @@ class _Rank(object):
         self.sleep(load * 0.05)
         if fail and fail["kind"] == "kv":
             raise RuntimeError(fail["message"])
+        if fail and fail["kind"] == "pool":
+            raise _TorchOOM(fail["message"])
         pool = plan["mamba_mib"] + plan["spec_buffer_mib"] + plan["kv_mib"]
         if plan["mamba_mib"]:
             self.log("Mamba Cache is allocated. max_mamba_cache_size: %d, intermediate states "

@@ -128,6 +128,13 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0):
         raise OOMError("kv", msg, p)
     static = target + draft + p["mamba_mib"] + p["spec_buffer_mib"] + p["kv_mib"]
     p["avail_after_pool_mib"] = p["avail_begin_mib"] - static
+    if p["avail_after_pool_mib"] < 0:
+        # mem_fraction_static > 1 - reserve: the pool itself does not fit.
+        free = max(p["avail_after_weights_mib"], 0) / 1024
+        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
+               "%.2f GiB of which %.2f GiB is free."
+               % (p["kv_mib"] / 1024, gpu.get("index", 0), total / 1024, free))
+        raise OOMError("pool", msg, p)
 
     if graphs_on:
         per_slot_tokens = (draft_tokens + steps) if spec else 1

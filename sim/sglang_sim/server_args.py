@@ -324,10 +324,6 @@ def resolve(ns, gpu_mem_mib):
                         % ", ".join("--" + k.replace("_", "-") for k in ignored))
     if a["tp_size"] < 1:
         raise ArgsError("ValueError", "tp_size must be >= 1, got %d" % a["tp_size"])
-    if a["mem_fraction_static"] is not None and not 0 < a["mem_fraction_static"] < 1:
-        raise ArgsError(
-            "ValueError",
-            "mem_fraction_static must be in (0, 1), got %s" % a["mem_fraction_static"])
     user_max_bs = a["cuda_graph_max_bs_decode"]
     cps, max_bs, frac = auto_memory_settings(
         gpu_mem_mib, a["tp_size"], a["chunked_prefill_size"], a["cuda_graph_max_bs_decode"],

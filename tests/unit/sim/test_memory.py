@@ -124,3 +124,10 @@ def test_profiles():
     again = config.gpus({"profile": "b200-x8", "gpu_memory_mib": None, "gpu_count": None})
     assert [g["uuid"] for g in b200] == [g["uuid"] for g in again]
     assert len(set(g["uuid"] for g in b200)) == 8
+
+
+def test_fraction_above_one_fails_in_pool_allocation():
+    with pytest.raises(memory.OOMError) as err:
+        _plan(3, ["--mem-fraction-static", "1.05"])
+    assert err.value.kind == "pool"
+    assert "CUDA out of memory" in err.value.message
