@@ -415,3 +415,24 @@ def test_malformed_http(server):
     assert out.startswith(b"HTTP/1.1 400 ")
     out = run(raw(b"garbage\r\n\r\n"))
     assert out.startswith(b"HTTP/1.1 400 ")
+
+
+def test_orphans_hold_memory_so_the_next_start_ooms(start_sim):
+    # The operator's crash loop: orphaned ranks keep their GPU memory, so the restarted
+    # server cannot even load its weights until they are killed.
+    first = start_sim(SPEC3, env={"SGLANG_SIM_ORPHANS": "1"}).wait_ready()
+    orphans = set(state_pids(first.tmp)) | first.known_children
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait()
+    try:
+        second = start_sim(SPEC3, port=None)
+        assert second.wait_exit() != 0
+        assert "torch.OutOfMemoryError: CUDA out of memory." in second.output
+        assert "Load weight begin" in second.output
+    finally:
+        for pid in orphans:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    time.sleep(0.3)
+    third = start_sim(SPEC3).wait_ready()
+    assert run(request(third.port, "GET", "/health"))[0] == 200
