@@ -97,14 +97,23 @@ class _Rank(object):
         # What this rank can get, other processes (e.g. orphans) on its GPU included.
         room = plan["avail_begin_mib"]
         for i in range(steps):
-            self.sleep(load * 0.7 / steps)
-            chunk = weights * (i + 1) / steps
+            self.sleep(load * 0.65 / steps)
+            chunk = plan["weights_mib"] * (i + 1) / steps
             if fail and fail["kind"] == "weights" and (chunk > room or i == steps - 1):
                 raise _TorchOOM(fail["message"])
             self.publish(plan["context_mib"] + chunk)
         elapsed = (time.time() - t0) / self.scale
         self.log("Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, mem usage=%.2f GB."
-                 % (elapsed, cfg["arch"], _gb(self.avail()), _gb(weights)))
+                 % (elapsed, cfg["arch"], _gb(self.avail()), _gb(plan["weights_mib"])))
+        if plan["draft_weights_mib"]:
+            # The draft (MTP/EAGLE) worker loads its own weights afterwards.
+            self.log("Load weight begin. avail mem=%.2f GB" % _gb(self.avail()))
+            t0 = time.time()
+            self.sleep(load * 0.05)
+            self.publish(plan["context_mib"] + weights)
+            self.log("Load weight end. elapsed=%.2f s, type=%s, avail mem=%.2f GB, "
+                     "mem usage=%.2f GB." % ((time.time() - t0) / self.scale, cfg["draft_arch"],
+                                             _gb(self.avail()), _gb(plan["draft_weights_mib"])))
         self.sleep(load * 0.05)
         if fail and fail["kind"] == "kv":
             raise RuntimeError(fail["message"])
@@ -122,20 +131,26 @@ class _Rank(object):
                  % (plan["max_total_num_tokens"], half, half))
         self.log("Memory pool end. avail mem=%.2f GB" % _gb(self.avail()))
         if not cfg["disable_cuda_graph"]:
-            name = "target verify" if plan["speculative"] else "target decode"
-            per_req = plan["draft_tokens"] if plan["speculative"] else 1
-            before = self.avail()
-            self.log("Capture %s CUDA graph begin. backend=full, num_tokens_per_req=%d, "
-                     "avail mem=%.2f GB" % (name, per_req, _gb(before)))
-            t0 = time.time()
-            self.sleep(load * 0.15)
-            if fail and fail["kind"] == "graph":
-                raise _CaptureFailed("Capture cuda graph failed: %s\n%s"
-                                     % (fail["message"], CUDA_GRAPH_CAPTURE_FAILED_MSG))
-            self.publish(self.used + plan["graph_mib"])
-            self.log("Capture %s CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, "
-                     "avail mem=%.2f GB." % (name, cfg["capture_bs"], (time.time() - t0) / self.scale,
-                                             _gb(before - self.avail()), _gb(self.avail())))
+            # The target's verify (or decode) graphs, then, with speculation, the draft's.
+            phases = [("target verify" if plan["speculative"] else "target decode",
+                       plan["draft_tokens"] if plan["speculative"] else 1,
+                       0.6 if plan["speculative"] else 1.0)]
+            if plan["speculative"]:
+                phases.append(("draft decode", 1, 0.4))
+            for name, per_req, share in phases:
+                before = self.avail()
+                self.log("Capture %s CUDA graph begin. backend=full, num_tokens_per_req=%d, "
+                         "avail mem=%.2f GB" % (name, per_req, _gb(before)))
+                t0 = time.time()
+                self.sleep(load * 0.15 * share)
+                if fail and fail["kind"] == "graph":
+                    raise _CaptureFailed("Capture cuda graph failed: %s\n%s"
+                                         % (fail["message"], CUDA_GRAPH_CAPTURE_FAILED_MSG))
+                self.publish(self.used + plan["graph_mib"] * share)
+                self.log("Capture %s CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, "
+                         "avail mem=%.2f GB." % (name, cfg["capture_bs"],
+                                                 (time.time() - t0) / self.scale,
+                                                 _gb(before - self.avail()), _gb(self.avail())))
         if self.rank == 0:
             self.log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=16384, "
                      "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"

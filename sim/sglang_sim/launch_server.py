@@ -233,6 +233,9 @@ class Launcher(object):
                    "load_seconds": s["load_seconds"], "orphans": s["orphans"],
                    "log_prefix": " TP%d" % rank if tp > 1 else "",
                    "arch": model["architectures"][0], "capture_bs": capture_bs,
+                   "draft_arch": (draft or model)["architectures"][0].replace(
+                       "ForCausalLM", "ForCausalLMMTP").replace(
+                       "ForConditionalGeneration", "ForCausalLMMTP"),
                    "disable_cuda_graph": a["disable_cuda_graph"],
                    "chunked_prefill_size": a["chunked_prefill_size"],
                    "max_running_requests": a["max_running_requests"] or 0,
