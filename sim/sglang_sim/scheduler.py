@@ -182,8 +182,13 @@ class Scheduler(object):
             return None
         return self.spec_accepted_tokens / float(self.spec_verify_forwards)
 
+    @staticmethod
+    def _reserve(req):
+        # SGLang's admission clips the max_new_tokens estimate (CLIP_MAX_NEW_TOKENS, 4096).
+        return req.prompt_len + min(req.max_new, 4096)
+
     def _tokens_in_use(self):
-        return sum(r.prompt_len + r.max_new for r in self.running)
+        return sum(self._reserve(r) for r in self.running)
 
     async def _sleep_until(self, deadline):
         delay = deadline - time.monotonic()
@@ -204,7 +209,7 @@ class Scheduler(object):
             used = self._tokens_in_use()
             while self.waiting and len(self.running) + len(new) < self.mrr:
                 req = self.waiting[0]
-                need = req.prompt_len + req.max_new
+                need = self._reserve(req)
                 if self.running or new:
                     if used + need > self.capacity:
                         break
