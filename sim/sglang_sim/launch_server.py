@@ -379,6 +379,16 @@ def main(argv=None):
     shown = ", ".join("%s=%r" % (k, v if k != "api_key" or v is None else "<redacted>")
                       for k, v in args.items() if not k.startswith("_"))
     log("server_args=ServerArgs(%s)" % shown)
+    try:
+        os.makedirs(settings["state_dir"], exist_ok=True)
+        probe = os.path.join(settings["state_dir"], ".probe-%d" % os.getpid())
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+    except OSError as exc:
+        sys.stderr.write("sglang_sim: cannot write the state dir %s (SGLANG_SIM_STATE_DIR): %s\n"
+                         % (settings["state_dir"], exc))
+        return 1
     launcher = Launcher(args, settings, warnings)
     try:
         return asyncio.run(launcher.run())
