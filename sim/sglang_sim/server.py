@@ -96,6 +96,8 @@ class Server(object):
                 if version == "HTTP/1.0" and headers.get("connection", "").lower() == "keep-alive":
                     keep = True
                 body = b""
+                if headers.get("expect", "").lower() == "100-continue":
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits 1 s for it
                 if headers.get("transfer-encoding", "").lower() == "chunked":
                     body = await self._read_chunked(reader)
                 else:
