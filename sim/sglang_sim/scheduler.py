@@ -335,7 +335,10 @@ class Scheduler(object):
         if req.sink is not None:
             try:
                 req.sink(req, delta, len(ids))
-            except Exception:  # a broken client must not stop the loop
+            except Exception:  # a gone client must not stop the loop: abort its request
                 req.sink = None
+                if not req.finished:
+                    self.abort(req)
+                    return
         if req.finished and not req.done.done():
             req.done.set_result(req)

@@ -521,7 +521,8 @@ class Server(object):
             if n:
                 writer.write(chunk(b"data: " + self._generate_out(req) + b"\n\n"))
 
-        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, rid, sink)
+        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, rid,
+                                _guarded(writer, sink))
         self._start_stream(writer)
         self.sched.submit(req)
         await self._finish_stream(req, writer, [])
@@ -624,7 +625,8 @@ class Server(object):
                     b"data: " + (prefix + '"%s","logprobs":null,"finish_reason":null,'
                                  '"matched_stop":null}],"usage":null}' % delta).encode() + b"\n\n"))
 
-        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, None, sink)
+        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, None,
+                                _guarded(writer, sink))
         self._start_stream(writer)
         self.sched.submit(req)
         tail = _LazyTail(lambda: self._completion_tail(req, prefix, cid, created, include_usage))
@@ -700,7 +702,8 @@ class Server(object):
                                                       '"finish_reason":null}],"usage":null}' % delta
                                                       ).encode() + b"\n\n"))
 
-        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, None, sink)
+        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, None,
+                                _guarded(writer, sink))
         self._start_stream(writer)
         self.sched.submit(req)
         tail = _LazyTail(lambda: self._chat_tail(req, prefix, cid, created, include_usage))
@@ -716,6 +719,15 @@ class Server(object):
                                           "created": created, "model": self.model_name,
                                           "choices": [], "usage": self._usage(req)}) + b"\n\n")
         return out
+
+
+def _guarded(writer, sink):
+    """A sink that refuses to write to a closed connection (the scheduler then aborts)."""
+    def guarded(req, delta, n):
+        if writer.is_closing():
+            raise ConnectionResetError("client disconnected")
+        sink(req, delta, n)
+    return guarded
 
 
 class _LazyTail(object):

@@ -436,3 +436,25 @@ def test_orphans_hold_memory_so_the_next_start_ooms(start_sim):
     time.sleep(0.3)
     third = start_sim(SPEC3).wait_ready()
     assert run(request(third.port, "GET", "/health"))[0] == 200
+
+
+def test_client_disconnect_aborts_the_request(server):
+    async def go():
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        body = json.dumps(_gen_body(100000)).encode()
+        writer.write(b"POST /generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (KEY.encode(), len(body), body))
+        await writer.drain()
+        await reader.readuntil(b"data: ")  # streaming started
+        writer.close()
+
+    run(go())
+    for _i in range(100):
+        time.sleep(0.05)
+        metrics = _metrics(server)
+        if metrics["sglang:num_running_reqs"] == 0:
+            break
+    assert metrics["sglang:num_running_reqs"] == 0
+    assert "socket.send() raised exception" not in server.output
+    assert "Traceback" not in server.output
