@@ -231,7 +231,7 @@ def _figures(level):
             "completed": _num(level.get("completed")), "failed": _num(level.get("failed"))}
 
 
-def rollout_tuned_setting(docs, host=None):
+def rollout_tuned_setting(docs, host=None, source=None):
     """The winner of a tuning run, from the text of its ``results.json`` file(s).
 
     ``docs``: a list of ``{"path": str, "text": str}`` or ``[path, text]`` pairs (one per host the
@@ -245,8 +245,9 @@ def rollout_tuned_setting(docs, host=None):
     if isinstance(docs, dict):
         docs = [docs]
     if not docs:
-        raise AnsibleFilterError("mtp_tune_from: no results.json found there; point it at the results "
-                                 "directory of a tune_mtp.yml run (or at one host's directory in it)")
+        raise AnsibleFilterError("mtp_tune_from: no results.json found in %s; point it at the results "
+                                 "directory of a tune_mtp.yml run (or at one host's directory in it)"
+                                 % (source or "the given path"))
     winners, problems = [], []
     for item in docs:
         if isinstance(item, (list, tuple)) and len(item) == 2:

@@ -1,6 +1,6 @@
-"""The fleet after the rollout scenario: every node serves (the last rollout's steps=5 on nodes 1
-and 2; node 3, unreachable during that run, still steps=4), and only the unit's own processes
-hold the (simulated) GPUs."""
+"""The fleet after the rollout scenario: every node serves (the last rollout, a tuning winner of
+steps=5 with cuda-graph max bs 256, on nodes 1 and 2; node 3, unreachable during that run, still
+steps=4), and only the unit's own processes hold the (simulated) GPUs."""
 
 import json
 
@@ -9,6 +9,8 @@ import pytest
 UNIT = "sglang-qwen.service"
 UNIT_PATH = "/etc/systemd/system/" + UNIT
 EXPECTED_STEPS = {"sglang-rollout-1": 5, "sglang-rollout-2": 5, "sglang-rollout-3": 4}
+# The tuning winner rolled out last carried a smaller CUDA-graph batch; node 3 never got it.
+EXPECTED_GRAPH_BS = {"sglang-rollout-1": 256, "sglang-rollout-2": 256, "sglang-rollout-3": None}
 
 
 def _settings(host):
@@ -28,6 +30,7 @@ def test_unit_runs_the_expected_setting(host):
     assert settings["speculative_num_steps"] == want
     assert settings["speculative_num_draft_tokens"] == want + 1
     assert "--speculative-num-steps %d " % want in host.file(UNIT_PATH).content_string
+    assert settings["cuda_graph_max_bs"] == EXPECTED_GRAPH_BS[_name(host)]
 
 
 def test_unit_is_active_and_serves_tokens(host):

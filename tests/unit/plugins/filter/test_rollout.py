@@ -44,7 +44,7 @@ def results_doc(host="gpu-a1", winner_steps=4, overrides=None):
     return doc
 
 
-def as_item(doc, path="results/tune/r1/gpu-a1/results.json"):
+def as_item(doc, path="results/mtp_tune/r1/gpu-a1/results.json"):
     return {"path": path, "text": mtp_report.render_json(doc)}
 
 
@@ -117,8 +117,8 @@ def test_tuned_setting_without_winner_or_files():
     doc["winner"] = None
     with pytest.raises(Err, match="has no winner"):
         f.rollout_tuned_setting([as_item(doc)])
-    with pytest.raises(Err, match="no results.json found"):
-        f.rollout_tuned_setting([])
+    with pytest.raises(Err, match="no results.json found in /srv/results/x"):
+        f.rollout_tuned_setting([], source="/srv/results/x")
     with pytest.raises(Err, match="not valid JSON"):
         f.rollout_tuned_setting([{"path": "r.json", "text": "{broken"}])
     with pytest.raises(Err, match="not a tune_mtp.yml results file"):
