@@ -19,6 +19,7 @@ problem; ``ClientError`` is raised only by the single-shot helpers (``request``)
 from __future__ import absolute_import, division, print_function
 
 import asyncio
+import functools
 import gc
 import json
 import random
@@ -498,7 +499,7 @@ class Client:
         loop = asyncio.get_event_loop()
         budget = min(self.connect_timeout, max(0.001, deadline - _now()))
         try:
-            _, conn = await asyncio.wait_for(
+            dummy, conn = await asyncio.wait_for(
                 loop.create_connection(_Conn, self.host, self.port), budget)
         except asyncio.TimeoutError:
             raise ClientError("connect to %s:%d timed out after %.1fs"
@@ -570,7 +571,7 @@ class Client:
         raise ClientError("%s %s failed" % (method, path))  # pragma: no cover
 
     async def get_json(self, path, timeout=None):
-        status, _, data = await self.request("GET", path, timeout=timeout)
+        status, dummy, data = await self.request("GET", path, timeout=timeout)
         obj = None
         if status == 200:
             try:
@@ -655,11 +656,11 @@ def random_prompts(n, input_len, seed, as_text):
     or text of input_len words (chat). Distinct prompts keep the prefix cache from helping."""
     rng = random.Random(seed)
     out = []
-    for _ in range(n):
+    for dummy in range(n):
         if as_text:
-            out.append({"text": " ".join(rng.choice(_WORDS) for _ in range(input_len))})
+            out.append({"text": " ".join(rng.choice(_WORDS) for dummy in range(input_len))})
         else:
-            out.append({"input_ids": [rng.randint(1000, 30000) for _ in range(input_len)]})
+            out.append({"input_ids": [rng.randint(1000, 30000) for dummy in range(input_len)]})
     return out
 
 
@@ -826,7 +827,7 @@ async def run_requests(client, path, payload_for, count, concurrency, endpoint, 
     try:
         mon.start()
         cpu0, t0 = time.process_time(), _now()
-        await asyncio.gather(*[worker() for _ in range(concurrency)])
+        await asyncio.gather(*[worker() for dummy in range(concurrency)])
         wall = _now() - t0
         cpu = time.process_time() - cpu0
         lag = await mon.stop()
@@ -906,9 +907,9 @@ def plan(cfg):
 async def _scrape(client, path, timeout):
     try:
         if path == "/metrics":
-            status, _, data = await client.request("GET", path, timeout=timeout)
+            status, dummy, data = await client.request("GET", path, timeout=timeout)
             return bm.parse_prometheus(data.decode("utf-8", "replace")) if status == 200 else None
-        status, obj, _ = await client.get_json(path, timeout=timeout)
+        status, obj, dummy = await client.get_json(path, timeout=timeout)
         return obj if status == 200 else None
     except ClientError:
         return None
@@ -955,7 +956,7 @@ async def _preflight(client, cfg, warnings):
     model = cfg.get("model")
     if cfg["endpoint"] != "generate" and not model:
         try:
-            st, models, _ = await client.get_json("/v1/models", timeout=probe_t)
+            st, models, dummy = await client.get_json("/v1/models", timeout=probe_t)
         except ClientError:
             st, models = None, None
         if st in (401, 403):
@@ -968,6 +969,16 @@ async def _preflight(client, cfg, warnings):
             warnings.append("could not read the model id from /v1/models; using %r" % (model,))
     server["model"] = model
     return server, info
+
+
+def _random_payload(ep, cfg, ignore_eos, as_text, seed, i):
+    prompt = random_prompts(1, cfg["input_len"], "%d-%d" % (seed, i), as_text)[0]
+    return build_payload(ep, prompt, cfg["output_len"], cfg["temperature"], ignore_eos,
+                         cfg.get("model"))
+
+
+def _cycled(items, offset, i):
+    return items[(i + offset) % len(items)]
 
 
 async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
@@ -987,12 +998,11 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
                                       cfg["seed"] + 7919 * (rep + 1) + c, as_text)
             wlen = min(cfg["output_len"], cfg["warmup_output_len"])
 
-            def warm_payload(i, _p=wprompts, _n=wlen):
-                return build_payload(ep, dict(_p[i], output_len=_n), _n, cfg["temperature"],
-                                     True, cfg.get("model"))
-            wrecs, _, _, _ = await run_requests(client, path, warm_payload, n_warm, min(c, n_warm),
-                                                ep, timeout=cfg["timeout"],
-                                                abort_after_conn_failures=c)
+            wpayloads = [build_payload(ep, dict(wp, output_len=wlen), wlen, cfg["temperature"],
+                                       True, cfg.get("model")) for wp in wprompts]
+            wrecs = (await run_requests(client, path, wpayloads.__getitem__, n_warm,
+                                        min(c, n_warm), ep, timeout=cfg["timeout"],
+                                        abort_after_conn_failures=c))[0]
             bad = [r for r in wrecs if not r["ok"]]
             if bad and len(bad) == len(wrecs):
                 level_warn.append("all %d warmup requests at C=%d failed: %s"
@@ -1000,7 +1010,7 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
         if cfg["flush_cache"]:
             # after the warmup, so the server's lifetime average covers only measured requests
             try:
-                st, _, body = await client.request("POST", "/flush_cache", timeout=scrape_t)
+                st, dummy, body = await client.request("POST", "/flush_cache", timeout=scrape_t)
                 if st != 200:
                     level_warn.append("flush_cache before C=%d answered HTTP %s: %s"
                                       % (c, st, body[:120].decode("utf-8", "replace").strip()))
@@ -1014,25 +1024,16 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
             # the duration is in the server's (simulated) seconds, like every reported figure
             deadline = _now() + float(cfg["duration"]) * cfg["time_scale"]
         if prompts is None:
-            gen_seed = cfg["seed"] + 1000003 * rep + c
-
-            def payload_for(i, _seed=gen_seed):
-                p = random_prompts(1, cfg["input_len"], "%d-%d" % (_seed, i), as_text)[0]
-                return build_payload(ep, p, cfg["output_len"], cfg["temperature"], ignore_eos,
-                                     cfg.get("model"))
+            make = functools.partial(_random_payload, ep, cfg, ignore_eos, as_text,
+                                     cfg["seed"] + 1000003 * rep + c)
             # build payloads before the clock starts, so prompt generation is not measured
-            if deadline is None:
-                pre = [payload_for(i) for i in range(count)]
-
-                def payload_for(i, _pre=pre):  # noqa: F811
-                    return _pre[i]
+            # (a duration-bound level cannot know how many it needs: it builds them as it goes)
+            payload_for = make if deadline is not None else \
+                [make(i) for i in range(count)].__getitem__
         else:
             pre_all = [build_payload(ep, p, cfg["output_len"], cfg["temperature"], ignore_eos,
                                      cfg.get("model")) for p in prompts]
-            offset = (rep * count) % len(pre_all)
-
-            def payload_for(i, _pre=pre_all, _off=offset):
-                return _pre[(i + _off) % len(_pre)]
+            payload_for = functools.partial(_cycled, pre_all, (rep * count) % len(pre_all))
         records, wall, cpu, lag = await run_requests(
             client, path, payload_for, count, c, ep, deadline=deadline, timeout=cfg["timeout"],
             abort_after_conn_failures=max(4, c))
@@ -1075,6 +1076,8 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
                                                      "server_accept_length_before") else \
                 bm.mean([r[key] for r in reps if r.get(key) is not None])
         level["server_accept_length_after"] = reps[-1].get("server_accept_length_after")
+        srv = [r.get("server_output_tokens") for r in reps]
+        level["server_output_tokens"] = sum(srv) if None not in srv else None
         level["client_cpu_fraction"] = max(r["client_cpu_fraction"] or 0 for r in reps)
         lags = [r["client_loop_lag_p99_ms"] for r in reps if r["client_loop_lag_p99_ms"] is not None]
         level["client_loop_lag_p99_ms"] = max(lags) if lags else None

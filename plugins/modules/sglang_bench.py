@@ -44,7 +44,7 @@ description:
   - Every request has a deadline (O(timeout)). A server that dies mid-run ends the module with a
     failure that still returns the levels measured so far.
 author:
-  - blackwell.sglang contributors
+  - blackwell.sglang maintainers (@blackwell)
 options:
   url:
     description: Base URL of the SGLang server, as seen from the node. Only C(http://) is supported.
@@ -118,7 +118,7 @@ options:
         string, or an object with C(prompt) or C(text) (a string), C(messages) (a chat list, only
         with O(endpoint=chat)) or C(input_ids). An optional C(output_len) / C(max_tokens) may be
         given. Blank lines are skipped.
-      - The file is read on the node. For a file on the controller, set O(dataset_src=controller):
+      - The file is read on the node. For a file on the controller, set O(dataset_src=controller);
         the collection's action plugin then reads it there (relative paths are searched like
         M(ansible.builtin.copy)'s C(src), including a role's C(files/)) and passes its lines to
         the module.
@@ -237,15 +237,15 @@ levels:
   type: list
   elements: dict
   contains:
-    concurrency: {description: Requests in flight., type: int}
-    completed: {description: Requests that finished with a full stream., type: int}
-    failed: {description: Requests that failed (HTTP error, timeout, malformed or cut stream)., type: int}
-    errors: {description: Failure reasons with their counts., type: dict}
-    duration_s: {description: Wall time of the level, first send to last completion., type: float}
-    total_output_tokens: {description: Output tokens of completed requests (server count)., type: int}
-    total_input_tokens: {description: Prompt tokens of completed requests (server count)., type: int}
-    output_throughput: {description: Aggregate output tok/s., type: float}
-    request_throughput: {description: Completed requests per second., type: float}
+    concurrency: {description: "Requests in flight.", type: int}
+    completed: {description: "Requests that finished with a full stream.", type: int}
+    failed: {description: "Requests that failed (HTTP error, timeout, malformed or cut stream).", type: int}
+    errors: {description: "Failure reasons with their counts.", type: dict}
+    duration_s: {description: "Wall time of the level, first send to last completion.", type: float}
+    total_output_tokens: {description: "Output tokens of completed requests (server count).", type: int}
+    total_input_tokens: {description: "Prompt tokens of completed requests (server count).", type: int}
+    output_throughput: {description: "Aggregate output tok/s.", type: float}
+    request_throughput: {description: "Completed requests per second.", type: float}
     decode_tps_per_request: {description: "Per-request decode tok/s, (n - 1) / (e2e - TTFT): mean and p50.", type: dict}
     ttft_ms: {description: "Time to first token: mean, p50, p90, p99.", type: dict}
     itl_ms: {description: "Inter-token latency per token: mean, p50, p90, p99.", type: dict}
@@ -253,20 +253,28 @@ levels:
     tpot_ms: {description: "(e2e - TTFT) / (n - 1): mean, p50, p90, p99.", type: dict}
     e2e_latency_ms: {description: "End-to-end latency: mean, p50, p90, p99.", type: dict}
     mean_concurrency: {description: "Sum of e2e / duration (bench_serving's Concurrency).", type: float}
-    tokens_per_chunk: {description: Output tokens per token-bearing chunk., type: float}
-    steady_state: {description: "Output tok/s over the window with >= steady_state_ratio x C in flight (window_s, output_tokens, output_throughput); null without such a window.", type: dict}
-    accept_length: {description: Speculative accept length for this level from the best source available., type: float}
+    tokens_per_chunk: {description: "Output tokens per token-bearing chunk.", type: float}
+    steady_state:
+      description:
+        - Output tok/s over the longest window with >= O(steady_state_ratio) x C requests in flight.
+        - Keys C(window_s), C(output_tokens), C(output_throughput); null without such a window.
+      type: dict
+    accept_length: {description: "Speculative accept length for this level from the best source available.", type: float}
     accept_length_source: {description: "metrics_counters, request_meta_info or server_info_lifetime.", type: str}
     counter_accept_length: {description: "Delta generation_tokens_total / delta spec_verify_calls_total over the level.", type: float}
-    server_output_tokens: {description: "Delta of the server's generation_tokens_total over the level (null without /metrics); compare with total_output_tokens.", type: float}
-    request_accept_length: {description: Token-weighted accept length from the requests' meta_info., type: float}
+    server_output_tokens:
+      description:
+        - Delta of the server's C(sglang:generation_tokens_total) over the level; null without C(/metrics).
+        - Compare it with C(total_output_tokens).
+      type: float
+    request_accept_length: {description: "Token-weighted accept length from the requests' meta_info.", type: float}
     server_accept_length_before: {description: "/server_info avg_spec_accept_length before the level.", type: float}
     server_accept_length_after: {description: "/server_info avg_spec_accept_length after the level.", type: float}
-    client_cpu_fraction: {description: Benchmark process CPU time / wall time during the level (1.0 = one core busy)., type: float}
-    client_loop_lag_p99_ms: {description: p99 of the client's event-loop scheduling delay., type: float}
-    client_limited: {description: True when the figures may be limited by the client (CPU > 85% or lag p99 > 5 ms)., type: bool}
-    client_limit_reason: {description: Which client limit was hit or close; null when none., type: str}
-    server_lost: {description: The server stopped answering during this level., type: bool}
+    client_cpu_fraction: {description: "Benchmark process CPU time / wall time during the level (1.0 = one core busy).", type: float}
+    client_loop_lag_p99_ms: {description: "p99 of the client's event-loop scheduling delay.", type: float}
+    client_limited: {description: "True when the figures may be limited by the client (CPU > 85% or lag p99 > 5 ms).", type: bool}
+    client_limit_reason: {description: "Which client limit was hit or close; null when none.", type: str}
+    server_lost: {description: "The server stopped answering during this level.", type: bool}
     repeats: {description: "Headline figures of each repeat (only with repeats > 1).", type: list}
     ci: {description: "Student-t interval (mean, low, high, half_width, n, confidence) per headline figure over repeats; null with one repeat.", type: dict}
   sample:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark of sglang_bench's own client (not a timed test; prints figures).
 
 Mode `ceiling` (default): starts the simulator (or, with --server fake, the tiny fake server of
@@ -175,7 +174,7 @@ def run_ours(url, args):
         sys.executable, __file__, "--client-run", "--url", url, "--streams", str(args.streams),
         "--requests", str(args.requests), "--input-len", str(args.input_len),
         "--output-len", str(args.output_len), "--endpoint", args.endpoint]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     if out.returncode != 0:
         raise SystemExit("our client failed: %s" % out.stderr[-2000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -189,7 +188,7 @@ def venv_python():
 def pip(*pkgs):
     log("pip install %s (into %s)" % (" ".join(pkgs), VENV))
     r = subprocess.run([venv_python(), "-m", "pip", "install", "-q"] + list(pkgs),
-                       capture_output=True, text=True, timeout=1800)
+                       capture_output=True, text=True, timeout=1800, check=False)
     if r.returncode != 0:
         raise RuntimeError("pip install %s failed: %s" % (" ".join(pkgs), r.stderr[-1500:]))
 
@@ -215,8 +214,8 @@ def try_sglang_import(max_rounds=40):
     ensure_venv()
     probe = [venv_python(), "-c", "import sglang.benchmark.serving"]
     chain = []
-    for _ in range(max_rounds):
-        r = subprocess.run(probe, capture_output=True, text=True)
+    for dummy in range(max_rounds):
+        r = subprocess.run(probe, capture_output=True, text=True, check=False)
         if r.returncode == 0:
             return None, chain
         if "No module named 'sglang'" in r.stderr:
@@ -262,7 +261,7 @@ def run_sglang_serving(url, args):
         "--random-range-ratio", "1.0", "--max-concurrency", str(args.streams),
         "--warmup-requests", str(args.streams), "--disable-tqdm", "--output-file", out_file]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env, check=False)
     if r.returncode != 0 or not os.path.exists(out_file):
         raise RuntimeError("sglang.benchmark.serving failed (rc %s): %s"
                            % (r.returncode, (r.stderr or r.stdout)[-2500:]))
@@ -277,7 +276,8 @@ TOKENIZER = CACHE / "bench-tokenizer"
 
 def ensure_aiperf():
     ensure_venv()
-    r = subprocess.run([venv_python(), "-c", "import aiperf"], capture_output=True, text=True)
+    r = subprocess.run([venv_python(), "-c", "import aiperf"], capture_output=True, text=True,
+                       check=False)
     if r.returncode != 0:
         pip("aiperf")
     make_tokenizer()
@@ -319,11 +319,14 @@ def run_aiperf(url, args):
         "--extra-inputs", "ignore_eos:true", "--extra-inputs", "min_tokens:%d" % args.output_len,
         "--tokenizer", str(TOKENIZER), "--artifact-dir", outdir,
         "--ui-type", "none"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env)
+    # not HF_HUB_OFFLINE: in offline mode AIPerf resolves every name through the hub cache and
+    # rejects a local directory; a local directory is loaded without network access anyway
+    env = dict(os.environ)
+    env.pop("HF_HUB_OFFLINE", None)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=env, check=False)
     if r.returncode != 0:
-        raise RuntimeError("aiperf failed (rc %s): %s" % (r.returncode,
-                                                         (r.stderr or r.stdout)[-2000:]))
+        raise RuntimeError("aiperf failed (rc %s): %s"
+                           % (r.returncode, (r.stderr or r.stdout)[-2000:]))
     found = list(Path(outdir).rglob("profile_export_aiperf.json"))
     if not found:
         raise RuntimeError("aiperf wrote no profile_export_aiperf.json: %s" % r.stdout[-1500:])
@@ -357,8 +360,8 @@ def report_ours(tag, res, server_delta):
     print("  client CPU share of 1 core : %.1f%%" % (cpu * 100))
     print("  event-loop lag p99         : %.2f ms" % (lv["client_loop_lag_p99_ms"] or 0))
     print("  client ceiling (tok per CPU-s on one core): %.0f tok/s" % ceiling)
-    print("  client_limited             : %s (%s)" % (lv["client_limited"],
-                                                     lv["client_limit_reason"]))
+    print("  client_limited             : %s (%s)"
+          % (lv["client_limited"], lv["client_limit_reason"]))
     counted = lv["total_output_tokens"]
     srv = lv.get("server_output_tokens")
     if srv is None:
@@ -407,7 +410,7 @@ def _fmt(x):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--client-run", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url")
     ap.add_argument("--server", choices=["sim", "fake"],
@@ -442,7 +445,7 @@ def main():
         ours = run_ours(server.url, args)
         after = server_tokens(server.url)
         delta = (after - before) if before is not None and after is not None else None
-        tps, _ = report_ours("ours (blackwell.sglang sglang_client)", ours, delta)
+        tps = report_ours("ours (blackwell.sglang sglang_client)", ours, delta)[0]
         if not args.compare:
             return 0
         which = args.established
@@ -461,8 +464,8 @@ def main():
         ensure_aiperf()
         data = run_aiperf(server.url, args)
         theirs, unit = aiperf_figure(data, "output_token_throughput")
-        ttft, _ = aiperf_figure(data, "time_to_first_token", "ttft")
-        itl, _ = aiperf_figure(data, "inter_token_latency")
+        ttft = aiperf_figure(data, "time_to_first_token", "ttft")[0]
+        itl = aiperf_figure(data, "inter_token_latency")[0]
         print("aiperf: output tok/s %s (%s), TTFT avg %s ms, ITL avg %s ms"
               % (theirs, unit, ttft, itl))
         lv = ours["level"]

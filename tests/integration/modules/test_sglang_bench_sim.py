@@ -158,9 +158,9 @@ def test_generate_against_sim_matches_server_side_timing(sim):
         print("C=%d ours ttft %.1f itl %.3f e2e %.1f | server ttft %.1f itl %.3f e2e %.1f (ms)"
               % (c, lv["ttft_ms"]["mean"], lv["itl_ms"]["mean"], lv["e2e_latency_ms"]["mean"],
                  ttft_s, itl_s, e2e_s))
-        assert lv["itl_ms"]["mean"] == pytest.approx(itl_s, rel=0.05)
+        assert lv["itl_ms"]["mean"] == pytest.approx(itl_s, rel=0.08)
         assert lv["e2e_latency_ms"]["mean"] - lv["ttft_ms"]["mean"] == pytest.approx(
-            e2e_s - ttft_s, rel=0.05)
+            e2e_s - ttft_s, rel=0.08)
         # the server starts its clock once it has parsed the request; ours includes the HTTP
         # exchange (connects too: warmup is off), a few real ms that time_scale magnifies
         # 20x, and more on a busy 2-core machine: bound it at 20 real ms

@@ -261,6 +261,7 @@ def test_repeats_give_confidence_intervals():
         res = _run(f.url, concurrency=[2], num_prompts=4, repeats=3)
     lv = res["levels"][0]
     assert len(lv["repeats"]) == 3 and lv["completed"] == 12
+    assert lv["server_output_tokens"] == lv["total_output_tokens"] == 12 * 20
     ci = lv["ci"]["output_throughput"]
     assert ci["n"] == 3 and ci["low"] <= ci["mean"] <= ci["high"]
 
