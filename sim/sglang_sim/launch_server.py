@@ -291,7 +291,7 @@ class Launcher(object):
                                                    reuse_address=True, limit=1 << 20, backlog=1024)
         except OSError as exc:
             uvicorn_log("ERROR:    [Errno %d] error while attempting to bind on address %r: %s"
-                % (exc.errno or 0, (a["host"], a["port"]), _strerror(exc)))
+                        % (exc.errno or 0, (a["host"], a["port"]), _strerror(exc)))
             uvicorn_log("INFO:     Waiting for application shutdown.")
             uvicorn_log("INFO:     Application shutdown complete.")
             self.kill_tree(include_self=False)
