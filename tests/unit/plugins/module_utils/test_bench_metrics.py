@@ -235,3 +235,13 @@ def test_client_limit_thresholds():
     limited, why = bm.client_limit(0.2, 7.5)
     assert limited and "lag" in why
     assert bm.client_limit(None, None) == (False, None)
+
+
+def test_steady_state_bridges_microsecond_handovers_only():
+    # a closed loop replaces a finished request 50 us later: still one window
+    recs = [_rec(i * 1.00005, 0.0, 1.0, 11) for i in range(3)]
+    assert bm.steady_state(recs, concurrency=1, ratio=1.0)["window_s"] == pytest.approx(
+        3.0001, rel=1e-4)
+    # a real pause (0.5 s idle) splits it: the longest piece wins
+    recs = [_rec(0.0, 0.0, 1.0, 11), _rec(1.5, 0.0, 2.0, 21)]
+    assert bm.steady_state(recs, concurrency=1, ratio=1.0)["window_s"] == pytest.approx(2.0)
