@@ -159,3 +159,11 @@ def test_old_cuda_graph_flag_is_rejected_by_pinned_release(sglang_parse):
     """Guards the premise: the pre-0.5.23 spelling really is refused, so rendering it would crash-loop."""
     with pytest.raises(sglang_release.ArgvRejected):
         sglang_parse(["--model-path", "m", "--cuda-graph-max-bs", "8"], version=sglang_release.PINNED)
+
+
+def test_unit_comment_lines_stay_comments(render):
+    text = render(sglang_service_unit_comment=["mtp_tune: steps 3 chosen\nExecStart=/bin/false", "second"])
+    lines = text.splitlines()
+    assert "# mtp_tune: steps 3 chosen ExecStart=/bin/false" in lines
+    assert "# second" in lines
+    assert len([line for line in lines if line.startswith("ExecStart=")]) == 1
