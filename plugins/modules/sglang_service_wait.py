@@ -192,7 +192,6 @@ ansible_facts:
 
 import json
 import socket
-import subprocess
 import time
 
 try:
@@ -413,15 +412,6 @@ class Waiter:
         return data
 
 
-def _run_command(argv):
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = proc.communicate()
-    except OSError as exc:
-        return 127, "", str(exc)
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-
-
 def _http(method, url, body, headers, timeout):
     """(status, text); status None when no HTTP answer came (refused, timeout, reset)."""
     req = Request(url, data=body, headers=headers, method=method)
@@ -465,7 +455,11 @@ def main():
     if module.get_bin_path("systemctl") is None:
         module.fail_json(msg="systemctl not found: this module needs a systemd node")
 
-    waiter = Waiter(p, _run_command, _http)
+    def run(argv):
+        # The journal can be large; decode leniently rather than fail on a stray byte.
+        return module.run_command(argv, errors="surrogate_or_replace")
+
+    waiter = Waiter(p, run, _http)
     try:
         data = waiter.wait()
     except RuntimeError as exc:

@@ -218,3 +218,49 @@ def test_unit_name_and_parse_show():
     assert m.unit_name("sglang-qwen") == "sglang-qwen.service"
     assert m.unit_name("sglang-qwen.service") == "sglang-qwen.service"
     assert m.parse_show("A=1\nB=x=y\n\n") == {"A": "1", "B": "x=y"}
+
+
+def _run_main(capsys, args):
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            m.main()
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("args,needle", [
+    ({"unit": "sglang-qwen", "base_url": "127.0.0.1:30000"}, "base_url must start with http://"),
+    ({"unit": "sglang-qwen", "timeout": 0}, "timeout must be >= 1"),
+    ({"unit": "sglang-qwen", "interval": 0}, "interval and request_timeout must be > 0"),
+    ({"unit": "sglang-qwen", "probe_max_new_tokens": 0}, "probe_max_new_tokens must be >= 1"),
+])
+def test_main_rejects_bad_input_with_a_message(capsys, args, needle):
+    out = _run_main(capsys, args)
+    assert out["failed"] is True
+    assert needle in out["msg"]
+
+
+def test_main_fails_with_class_and_masks_the_api_key(capsys, monkeypatch):
+    key = "s3cret-key-value"
+    lines = ["x server_args=ServerArgs(api_key='%s')" % key,
+             "x RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]
+
+    def fake_run(self, argv, **kwargs):
+        if argv[:2] == ["systemctl", "show"]:
+            return 0, "LoadState=loaded\nActiveState=failed\nSubState=failed\nNRestarts=0\nInvocationID=i1\n", ""
+        return 0, "\n".join(lines) + "\n", ""
+
+    from ansible.module_utils.basic import AnsibleModule
+
+    monkeypatch.setattr(AnsibleModule, "run_command", fake_run)
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/bin/" + name)
+    out = _run_main(capsys, {"unit": "sglang-qwen", "api_key": key})
+    assert out["failed"] is True
+    assert out["failure_class"] == "oom_kv_cache"
+    assert "failure_class=oom_kv_cache" in out["msg"]
+    assert key not in json.dumps(out)  # no_log values are scrubbed from the journal tail too
+    out = _run_main(capsys, {"unit": "sglang-qwen", "fail_on_error": False})
+    assert not out.get("failed")
+    assert out["ready"] is False and out["changed"] is False
+    assert out["ansible_facts"]["sglang_service_wait"]["failure_class"] == "oom_kv_cache"
