@@ -322,6 +322,7 @@ ansible_facts:
 """
 
 import os
+import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -449,6 +450,11 @@ def main():
                          config=partial.get("config"), bench_warnings=partial.get("warnings", []))
     except sc.ClientError as exc:
         module.fail_json(msg="benchmark client error: %s" % exc)
+    except Exception as exc:  # pylint: disable=broad-except
+        # a bug or an environment problem: still one clear message, the trace kept for -vvv
+        module.fail_json(msg="sglang_bench failed unexpectedly (%s: %s); please report it with "
+                             "the exception shown by -vvv" % (type(exc).__name__, exc),
+                         exception=traceback.format_exc())
     facts = dict(result["by_concurrency"])
     for key in ("levels", "config", "server", "duration_s", "warnings"):
         facts[key] = result[key]

@@ -181,3 +181,15 @@ def test_inline_dataset_errors():
 def test_controller_dataset_without_action_plugin():
     res = run({"dataset": "x.jsonl", "dataset_src": "controller"})
     assert res.kind == "fail" and "action plugin" in res.result["msg"]
+
+
+def test_unexpected_error_is_a_clean_failure(monkeypatch):
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+
+    def boom(cfg):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(sc, "run_benchmark", boom)
+    res = run({"concurrency": [1]})
+    assert res.kind == "fail"
+    assert "failed unexpectedly (OSError" in res.result["msg"]
+    assert "Traceback" in res.result["exception"]
