@@ -139,9 +139,9 @@ def setting_label(setting):
     if setting.get("speculative_algorithm") in (None, "") and setting.get("speculative_num_steps") is None:
         head = "no speculation"
     else:
-        head = "steps=%s topk=%s draft=%s" % (setting.get("speculative_num_steps"),
-                                             setting.get("speculative_eagle_topk"),
-                                             setting.get("speculative_num_draft_tokens"))
+        head = "steps=%s topk=%s draft=%s" % (
+            setting.get("speculative_num_steps"), setting.get("speculative_eagle_topk"),
+            setting.get("speculative_num_draft_tokens"))
     extra = ["%s=%s" % (k, setting[k]) for k in OVERRIDE_KEYS if setting.get(k) is not None]
     return head + (" [%s]" % ", ".join(extra) if extra else "")
 
@@ -542,7 +542,7 @@ def _smoke_cell(rec):
     if not figs:
         return "-"
     parts = []
-    for c in sorted(figs, key=lambda x: int(x)):
+    for c in sorted(figs, key=int):
         f = figs[c]
         parts.append("C%s %s/%s" % (c, _fig(f.get("decode_tps_mean")), _fig(f.get("output_throughput"))))
     return " · ".join(parts) + (" ✓" if smoke.get("ok") else " ✗")

@@ -254,8 +254,8 @@ def test_budget_rejects_bad_percentage(pct):
 def test_summary_rows_in_inventory_order_with_missing_hosts():
     req = f.rollout_requested(4)
     recs = [
-        {"host": "n2", "outcome": "rolled_back", "old": {"speculative_num_steps": 3, "speculative_eagle_topk": 1,
-                                                          "speculative_num_draft_tokens": 4},
+        {"host": "n2", "outcome": "rolled_back",
+         "old": {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4},
          "new": {"speculative_num_steps": 4, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 5},
          "serving": "old", "failure_class": "oom_kv_cache", "reason": "server did not start",
          "journal_tail": ["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]},
