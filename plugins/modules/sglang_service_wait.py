@@ -21,8 +21,10 @@ description:
   - Fails fast, without waiting for the timeout, as soon as the unit is C(failed), is in
     C(auto-restart), its C(NRestarts) grew by more than O(max_restarts), or its journal shows a
     fatal line (for example the KV-cache C(Not enough memory) error) while the process still runs.
-  - On failure it reads the journal of the unit's invocations seen while waiting and classifies the
-    failure as V(oom_kv_cache), V(cuda_graph_capture), V(cuda_oom), V(bad_args), V(port_in_use),
+  - On failure it reads the journal of the current run (every invocation since the last manual
+    start, as many as C(NRestarts)+1), takes the first invocation whose journal names a cause
+    (later crashes of a crash loop often show only a consequence, such as a CUDA OOM caused by the
+    first try's orphans) and classifies the failure as V(oom_kv_cache), V(cuda_graph_capture), V(cuda_oom), V(bad_args), V(port_in_use),
     V(timeout) or V(unknown), and returns the journal tail.
   - With O(fail_on_error=false) a failure is returned as data (RV(ready=false) and the class) instead
     of failing the task; a tuning loop uses that to record the failure and go on.
@@ -68,6 +70,16 @@ options:
         the first crash, which is what a tuning loop wants.
     type: int
     default: 0
+  count_restarts_from:
+    description:
+      - V(start) counts the unit's C(NRestarts) as systemd reports it; systemd resets it at every
+        manual start or restart, so crashes that happened between the restart and the first poll
+        count too (right after a restart, which is how the service role calls it).
+      - V(wait) counts only the growth of C(NRestarts) while this module waits (for a unit that
+        was not just restarted and may carry restarts from long ago).
+    type: str
+    choices: [start, wait]
+    default: start
   journal_lines:
     description: How many journal lines to return in RV(journal_tail).
     type: int
@@ -140,7 +152,9 @@ hint:
   returned: when not ready
   type: str
 journal_tail:
-  description: The last O(journal_lines) journal lines of the unit's invocations seen while waiting.
+  description:
+    - The last O(journal_lines) journal lines of the invocation that decided RV(failure_class)
+      (of the whole current run when no cause was found, or on timeout).
   returned: always
   type: list
   elements: str
@@ -149,7 +163,7 @@ nrestarts:
   returned: always
   type: int
 restarts_during_wait:
-  description: How much C(NRestarts) grew while waiting.
+  description: Restarts counted against O(max_restarts) (see O(count_restarts_from)).
   returned: always
   type: int
 active_state:
@@ -167,7 +181,7 @@ exec_main_status:
   returned: always
   type: int
 invocation_ids:
-  description: The unit's invocation IDs seen while waiting, oldest first.
+  description: The unit's invocation IDs of the current run seen while waiting, oldest first.
   returned: always
   type: list
   elements: str
@@ -206,7 +220,10 @@ from ansible_collections.blackwell.sglang.plugins.module_utils import journal
 
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "NRestarts", "ExecMainPID",
                    "ExecMainStatus", "InvocationID", "Result")
+# Entries read per poll (the running invocation) and for the failure analysis (the whole crash
+# loop since the restart; real SGLang logs a few hundred lines per start).
 JOURNAL_SCAN_LINES = 400
+JOURNAL_ANALYSIS_LINES = 3000
 
 
 def unit_name(name):
@@ -230,18 +247,61 @@ def _int(value, default=0):
         return default
 
 
-def journal_argv(invocation_ids, lines):
-    """journalctl for the given invocations: the service's own output (_SYSTEMD_INVOCATION_ID)
-    OR systemd's messages about it (INVOCATION_ID), most recent ``lines``."""
-    argv = ["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines)]
-    first = True
-    for inv in invocation_ids:
-        for field in ("_SYSTEMD_INVOCATION_ID", "INVOCATION_ID"):
-            if not first:
-                argv.append("+")
-            argv.append("%s=%s" % (field, inv))
-            first = False
-    return argv
+def journal_argv(unit, lines):
+    """The unit's last ``lines`` journal entries as JSON: its own output and systemd's messages
+    about it, each tagged with the invocation (one start of the unit) it belongs to."""
+    return ["journalctl", "--no-pager", "-o", "json", "-n", str(lines), "-u", unit]
+
+
+def _text(value):
+    if isinstance(value, list):  # journald sends non-UTF-8 messages as a list of bytes
+        try:
+            return bytes(value).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return ""
+    return "" if value is None else str(value)
+
+
+def parse_journal(text):
+    """journalctl -o json output -> list of (invocation_id, formatted line), oldest first."""
+    entries = []
+    for raw in text.splitlines():
+        raw = raw.strip()
+        if not raw.startswith("{"):
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        inv = entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID") or ""
+        try:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000",
+                                  time.gmtime(int(entry.get("__REALTIME_TIMESTAMP", "0")) / 1e6))
+        except (TypeError, ValueError):
+            stamp = "-"
+        ident = _text(entry.get("SYSLOG_IDENTIFIER")) or "?"
+        pid = _text(entry.get("_PID"))
+        head = "%s %s %s%s:" % (stamp, _text(entry.get("_HOSTNAME")) or "-", ident, "[%s]" % pid if pid else "")
+        for part in _text(entry.get("MESSAGE")).splitlines() or [""]:
+            entries.append((_text(inv), "%s %s" % (head, part)))
+    return entries
+
+
+def current_run(entries, nrestarts):
+    """The invocations of the current run: the last ``nrestarts + 1`` invocations in the journal
+    (systemd resets NRestarts at every manual start/restart, so they are this run's crash chain).
+    Returns an ordered list of (invocation_id, [lines])."""
+    order = []
+    lines = {}
+    for inv, line in entries:
+        if not inv:
+            continue
+        if inv not in lines:
+            order.append(inv)
+            lines[inv] = []
+        lines[inv].append(line)
+    keep = order[-(max(nrestarts, 0) + 1):] if order else []
+    return [(inv, lines[inv]) for inv in keep]
 
 
 class Waiter:
@@ -277,19 +337,32 @@ class Waiter:
         self.props = props
         return props
 
-    def journal(self, lines):
-        if self.invocations:
-            rc, out, _err = self.run(journal_argv(self.invocations, lines))
-            text = out if rc == 0 else ""
-            got = [line for line in text.splitlines() if line and not line.startswith("-- ")]
-            if got:
-                return got
-        # No invocation-tagged lines (old journald, or the unit never started): the unit's tail.
-        rc, out, _err = self.run(["journalctl", "--no-pager", "-o", "short-iso", "-n", str(lines),
-                                  "-u", self.unit])
+    def run_chain(self, lines):
+        """(invocation_id, lines) of the current run, oldest invocation first."""
+        rc, out, _err = self.run(journal_argv(self.unit, lines))
         if rc != 0:
             return []
-        return [line for line in out.splitlines() if line and not line.startswith("-- ")]
+        chain = current_run(parse_journal(out), _int(self.props.get("NRestarts")))
+        for inv, _lines in chain:
+            if inv not in self.invocations:
+                self.invocations.append(inv)
+        return chain
+
+    def journal(self, lines):
+        """All lines of the current run (every invocation since the last manual start)."""
+        return [line for _inv, chunk in self.run_chain(lines) for line in chunk]
+
+    def classify_run(self, lines):
+        """The first invocation of the run whose journal names a cause decides: later crashes of
+        a crash loop often only show the consequence (e.g. a CUDA OOM caused by the first
+        try's orphans). Returns (class, evidence line, that invocation's lines)."""
+        chain = self.run_chain(lines)
+        for _inv, chunk in chain:
+            cls, line = journal.classify(chunk)
+            if cls != "unknown":
+                return cls, line, chunk
+        flat = [line for _inv, chunk in chain for line in chunk]
+        return "unknown", None, flat
 
     # -- HTTP -------------------------------------------------------------------------------
     def _url(self, path):
@@ -355,18 +428,19 @@ class Waiter:
         deadline = start + self.p["timeout"]
         reason = None
         failure_class = None
-        fatal_lines = None
         while True:
             props = self.show()
             if self.base_restarts is None:
-                self.base_restarts = _int(props.get("NRestarts"))
+                # systemd resets NRestarts at every manual start/restart, so by default the
+                # crashes counted are those since the restart that preceded this wait, even the
+                # ones that happened before the first poll.
+                self.base_restarts = 0 if self.p["count_restarts_from"] == "start" else _int(props.get("NRestarts"))
             reason = self._failed_state(props)
             if reason:
                 break
             if props.get("ActiveState") in ("active", "reloading", "activating"):
                 lines = self.journal(JOURNAL_SCAN_LINES)
                 if journal.is_fatal(lines):
-                    fatal_lines = lines
                     reason = "the journal of %s shows a fatal error while the process still runs" % self.unit
                     break
                 if self.probe():
@@ -378,10 +452,11 @@ class Waiter:
                     reason += " (last probe: %s)" % self.last_probe_error
                 break
             self.sleep(min(self.p["interval"], max(0.0, deadline - self.clock())))
-        lines = fatal_lines if fatal_lines is not None else self.journal(JOURNAL_SCAN_LINES)
-        cls, line = journal.classify(lines)
+        cls, line, lines = self.classify_run(JOURNAL_ANALYSIS_LINES)
         if failure_class is None:
             failure_class = cls
+        elif failure_class == "timeout":
+            lines = self.journal(JOURNAL_ANALYSIS_LINES)
         return self.result(start, ready=False, failure_class=failure_class, failure_line=line,
                            reason=reason, lines=lines)
 
@@ -440,6 +515,7 @@ def main():
             "probe_max_new_tokens": {"type": "int", "default": 4},
             "max_restarts": {"type": "int", "default": 0},
             "journal_lines": {"type": "int", "default": 60},
+            "count_restarts_from": {"type": "str", "default": "start", "choices": ["start", "wait"]},
             "fail_on_error": {"type": "bool", "default": True},
         },
         supports_check_mode=True,

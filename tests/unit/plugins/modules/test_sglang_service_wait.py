@@ -19,6 +19,7 @@ PARAMS = {
     "max_restarts": 0,
     "journal_lines": 5,
     "fail_on_error": True,
+    "count_restarts_from": "start",
 }
 
 KV_LINES = [
@@ -64,15 +65,15 @@ class FakeNode:
             props.update(state)
             return 0, "".join("%s=%s\n" % kv for kv in props.items()), ""
         if argv[0] == "journalctl":
-            if "-u" in argv:
-                return 0, "\n".join(self.unit_journal) + "\n", ""
-            ids = [a.split("=", 1)[1] for a in argv if a.startswith("_SYSTEMD_INVOCATION_ID=")]
+            assert argv[argv.index("-o") + 1] == "json" and "-u" in argv
             out = []
-            for inv in ids:
-                got = self.journal.get(inv, [])
+            for inv, got in self.journal.items():
                 if got and isinstance(got[0], list):  # successive snapshots, the last one repeats
                     got = got.pop(0) if len(got) > 1 else got[0]
-                out += got
+                for i, line in enumerate(got):
+                    out.append(json.dumps({"_SYSTEMD_INVOCATION_ID": inv, "MESSAGE": line, "_PID": "7",
+                                           "SYSLOG_IDENTIFIER": "python", "_HOSTNAME": "n",
+                                           "__REALTIME_TIMESTAMP": str(1764687600000000 + i)}))
             n = int(argv[argv.index("-n") + 1])
             return 0, "\n".join(out[-n:]) + ("\n" if out else ""), ""
         raise AssertionError("unexpected command %r" % argv)
@@ -137,7 +138,8 @@ def test_fails_fast_on_auto_restart_with_kv_oom():
     assert data["ready"] is False
     assert data["failure_class"] == "oom_kv_cache"
     assert "Not enough memory" in data["failure_line"]
-    assert data["journal_tail"] == KV_LINES
+    assert [line.split(": ", 1)[1] for line in data["journal_tail"]] == KV_LINES
+    assert all(line.startswith("2025-12-02T") and " n python[7]: " in line for line in data["journal_tail"])
     assert data["nrestarts"] == 1
     assert data["restarts_during_wait"] == 1
     assert clock.now - 1000.0 <= 2.0  # one poll interval, not the 600 s timeout
@@ -162,8 +164,50 @@ def test_nrestarts_growth_between_polls_is_caught():
     assert data["ready"] is False
     assert data["invocation_ids"] == ["inv1", "inv2"]
     assert data["failure_class"] == "oom_kv_cache"
-    journal_calls = [c for c in node.calls if c[0] == "journalctl"]
-    assert "_SYSTEMD_INVOCATION_ID=inv2" in journal_calls[-1]
+
+
+def test_crash_before_first_poll_counts_and_first_cause_wins():
+    # The handler restarted the unit; by the first poll it already crashed once (KV pool) and the
+    # second try failed on the memory the first try's orphans still hold (CUDA OOM).
+    second = ["2026-12-02T15:00:05+0000 n python[9]: Load weight begin. avail mem=94.11 GB",
+              "2026-12-02T15:00:05+0000 n python[9]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.21 GiB."]
+    node = FakeNode([{"NRestarts": "1", "InvocationID": "inv2", "ActiveState": "activating", "SubState": "auto-restart"}],
+                    journal={"old": ["from an earlier run: RuntimeError: Not enough memory"], "inv1": KV_LINES,
+                             "inv2": second})
+    data, _clock = wait(node)
+    assert data["failure_class"] == "oom_kv_cache"
+    assert set(data["invocation_ids"]) == {"inv1", "inv2"}  # "old" belongs to a previous run
+    assert any("Not enough memory" in line for line in data["journal_tail"])
+
+
+def test_count_restarts_from_wait_ignores_old_restarts():
+    node = FakeNode([{"NRestarts": "7"}, {"NRestarts": "7"}, {"NRestarts": "7"}], health=[None, None, 200])
+    data, _clock = wait(node, count_restarts_from="wait")
+    assert data["ready"] is True
+    node = FakeNode([{"NRestarts": "7"}], health=[None, None, 200])
+    data, _clock = wait(node)
+    assert data["ready"] is False and "restarted 7 time(s)" in data["msg"]
+
+
+def test_current_run_keeps_the_last_invocations():
+    entries = [("a", "1"), ("", "no id"), ("b", "2"), ("b", "3"), ("c", "4")]
+    assert m.current_run(entries, 0) == [("c", ["4"])]
+    assert m.current_run(entries, 1) == [("b", ["2", "3"]), ("c", ["4"])]
+    assert m.current_run(entries, 9) == [("a", ["1"]), ("b", ["2", "3"]), ("c", ["4"])]
+    assert m.current_run([], 3) == []
+
+
+def test_parse_journal_formats_and_splits():
+    text = "\n".join([
+        json.dumps({"_SYSTEMD_INVOCATION_ID": "x", "MESSAGE": "a\nb", "_PID": "5", "SYSLOG_IDENTIFIER": "python",
+                    "_HOSTNAME": "h", "__REALTIME_TIMESTAMP": "0"}),
+        json.dumps({"INVOCATION_ID": "x", "MESSAGE": [104, 105], "SYSLOG_IDENTIFIER": "systemd", "_HOSTNAME": "h",
+                    "__REALTIME_TIMESTAMP": "0"}),
+        "-- No entries --",
+    ])
+    assert m.parse_journal(text) == [("x", "1970-01-01T00:00:00+0000 h python[5]: a"),
+                                     ("x", "1970-01-01T00:00:00+0000 h python[5]: b"),
+                                     ("x", "1970-01-01T00:00:00+0000 h systemd: hi")]
 
 
 def test_max_restarts_tolerates_some():
@@ -200,18 +244,18 @@ def test_unit_not_found():
     assert data["invocation_ids"] == []
 
 
-def test_journal_falls_back_to_unit_tail_without_invocation_lines():
-    node = FakeNode([{"ActiveState": "failed", "SubState": "failed"}], journal={},
-                    unit_journal=["y [Errno 98] error while attempting to bind on address: address already in use"])
+def test_port_in_use():
+    node = FakeNode([{"ActiveState": "failed", "SubState": "failed"}],
+                    journal={"inv1": ["y [Errno 98] error while attempting to bind on address: address already in use"]})
     data, _clock = wait(node)
     assert data["failure_class"] == "port_in_use"
 
 
-def test_journal_argv_ors_service_output_and_systemd_messages():
-    argv = m.journal_argv(["a", "b"], 50)
-    assert argv[-7:] == ["_SYSTEMD_INVOCATION_ID=a", "+", "INVOCATION_ID=a", "+",
-                         "_SYSTEMD_INVOCATION_ID=b", "+", "INVOCATION_ID=b"]
+def test_journal_argv_reads_the_unit_as_json():
+    argv = m.journal_argv("sglang-qwen.service", 50)
     assert argv[argv.index("-n") + 1] == "50"
+    assert argv[argv.index("-o") + 1] == "json"
+    assert argv[argv.index("-u") + 1] == "sglang-qwen.service"
 
 
 def test_unit_name_and_parse_show():
@@ -249,7 +293,7 @@ def test_main_fails_with_class_and_masks_the_api_key(capsys, monkeypatch):
     def fake_run(self, argv, **kwargs):
         if argv[:2] == ["systemctl", "show"]:
             return 0, "LoadState=loaded\nActiveState=failed\nSubState=failed\nNRestarts=0\nInvocationID=i1\n", ""
-        return 0, "\n".join(lines) + "\n", ""
+        return 0, "".join(json.dumps({"_SYSTEMD_INVOCATION_ID": "i1", "MESSAGE": line}) + "\n" for line in lines), ""
 
     from ansible.module_utils.basic import AnsibleModule
 
