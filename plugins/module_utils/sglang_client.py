@@ -320,14 +320,29 @@ class OpenAIStream:
     def __init__(self, rec, chat):
         self.rec = rec
         self._last = 0
-        self._counted = 0
+        self._counted = 0  # chunks counted as one token each (no per-chunk usage)
         self.done = False
         self.error = None
         self.chat = chat
 
+    def _spread(self):
+        """Without per-chunk usage, the final usage block gives the true total n. Keep one token
+        on the first chunk (it arrives at TTFT) and spread the other n - 1 evenly over the later
+        chunks, so per-token ITL and TPOT use the server's count, not the chunk count."""
+        chunks = self.rec["chunks"]
+        n = self.rec.get("output_tokens") or 0
+        if not self._counted or len(chunks) < 2 or n <= len(chunks):
+            return
+        rest, m = n - 1, len(chunks) - 1
+        base, extra = divmod(rest, m)
+        self.rec["chunks"] = [chunks[0][:1] + (1,)] + [
+            (t, base + (1 if i < extra else 0)) for i, (t, dummy) in enumerate(chunks[1:])]
+        self.rec["tokens_per_chunk_estimated"] = True
+
     def event(self, data, t):
         if data == b"[DONE]":
             self.done = True
+            self._spread()
             return
         try:
             obj = json.loads(data)
@@ -365,6 +380,13 @@ class OpenAIStream:
             n = int(usage["completion_tokens"])
             if usage.get("prompt_tokens") is not None:
                 rec["prompt_tokens"] = usage["prompt_tokens"]
+            if self._counted:
+                # earlier chunks had no usage: this is the total, spread at [DONE]
+                if has_content:
+                    self._counted += 1
+                    rec["chunks"].append((t, 1))
+                rec["output_tokens"] = max(n, self._counted)
+                return
             new = n - self._last
             if new > 0 and (has_content or choices):
                 rec["chunks"].append((t, new))

@@ -59,7 +59,8 @@ options:
         reports the per-request accept length.
       - C(completions) and C(chat) are the OpenAI-compatible C(/v1/completions) and
         C(/v1/chat/completions). Token counts come from streamed C(usage) blocks
-        (C(continuous_usage_stats)).
+        (C(continuous_usage_stats)). A server that reports usage only at the end gets its total
+        spread evenly over the chunks after the first.
     type: str
     choices: [generate, completions, chat]
     default: generate

@@ -190,6 +190,10 @@ def test_openai_completions_against_sim(sim):
     lv = res["levels"][0]
     assert lv["failed"] == 0, lv["errors"]
     assert lv["total_output_tokens"] == 4 * 64
+    # usage comes per chunk (continuous_usage_stats) or, from servers that send it only at the
+    # end, is spread over the chunks: either way per-token ITL averages to TPOT
+    assert lv["itl_ms"]["mean"] == pytest.approx(lv["tpot_ms"]["mean"], rel=1e-6)
+    assert lv["tokens_per_chunk"] > 2.0
 
 
 def test_server_killed_mid_run_keeps_partial_results(sim):

@@ -404,3 +404,17 @@ def test_generate_stream_falls_back_to_full_parse():
     assert h.error is None and rec["output_tokens"] == 2
     h.event(b'{"meta_info": {"completion_tokens": 3}', 0.6)
     assert "not JSON" in h.error
+
+
+def test_openai_stream_without_per_chunk_usage_spreads_the_total():
+    rec = sc.new_record()
+    h = sc.OpenAIStream(rec, chat=False)
+    for t in (0.1, 0.2, 0.3):
+        h.event(json.dumps({"choices": [{"text": "abcd"}]}).encode(), t)
+    h.event(json.dumps({"choices": [], "usage": {"prompt_tokens": 5,
+                                                 "completion_tokens": 10}}).encode(), 0.3)
+    h.event(b"[DONE]", 0.3)
+    # first chunk keeps its token (TTFT); the other 9 go 5 + 4 over the later chunks
+    assert rec["chunks"] == [(0.1, 1), (0.2, 5), (0.3, 4)]
+    assert rec["output_tokens"] == 10 and rec["tokens_per_chunk_estimated"]
+    assert rec["prompt_tokens"] == 5
