@@ -16,7 +16,7 @@ version_added: "0.1.0"
 description:
   - Polls C(systemctl show) for the unit's state, restart counter and invocation, and the server's
     C(/health_generate) endpoint (a 1-token generate inside SGLang), then sends one tiny
-    C(/generate) request and checks that tokens came back. C(/health) alone is not enough: a known
+    C(/generate) request and checks that tokens came back. C(/health) alone is not enough, since a known
     SGLang hang with MTP speculation keeps C(/health) at 200 while no token is produced.
   - Fails fast, without waiting for the timeout, as soon as the unit is C(failed), is in
     C(auto-restart), its C(NRestarts) grew by more than O(max_restarts), or its journal shows a
@@ -90,16 +90,22 @@ options:
         RV(ready=false), RV(failure_class) and RV(journal_tail) and lets the play go on.
     type: bool
     default: true
+extends_documentation_fragment:
+  - blackwell.sglang.attributes
+  - blackwell.sglang.attributes.facts
 attributes:
   check_mode:
     support: full
-    details: Read-only; it polls in check mode too (skip it when the unit cannot exist yet).
+    details:
+      - Read-only; it polls in check mode too (skip it when the unit cannot exist yet).
   diff_mode:
-    support: none
+    support: N/A
+    details:
+      - This action does not modify state.
 requirements:
   - systemd (systemctl, journalctl) on the node
 author:
-  - blackwell.sglang maintainers
+  - blackwell.sglang maintainers (@blackwell)
 seealso:
   - module: ansible.builtin.systemd_service
 """
@@ -512,7 +518,7 @@ def main():
             "interval": {"type": "float", "default": 2.0},
             "request_timeout": {"type": "float", "default": 60.0},
             "probe_generate": {"type": "bool", "default": True},
-            "probe_max_new_tokens": {"type": "int", "default": 4},
+            "probe_max_new_tokens": {"type": "int", "default": 4, "no_log": False},
             "max_restarts": {"type": "int", "default": 0},
             "journal_lines": {"type": "int", "default": 60},
             "count_restarts_from": {"type": "str", "default": "start", "choices": ["start", "wait"]},
