@@ -197,8 +197,9 @@ def sglang_service_problems(settings):
         if _set(value) and value not in choices:
             problems.append("%s must be one of %s, got %r" % (key, ", ".join(choices), value))
     extra = settings.get("extra_args") or []
-    if not isinstance(extra, (list, tuple)) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
-                                                        for a in extra):
+    words_ok = isinstance(extra, (list, tuple)) and all(
+        isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in extra)
+    if not words_ok:
         problems.append("extra_args must be a list of strings, one argv word each, got %r" % (extra,))
     env_name = settings.get("api_key_env")
     if _set(env_name) and not _ENV_NAME.match(str(env_name)):

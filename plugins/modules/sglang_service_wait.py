@@ -214,13 +214,9 @@ import json
 import socket
 import time
 
-try:
-    from urllib.error import HTTPError, URLError
-    from urllib.request import Request, urlopen
-except ImportError:  # pragma: no cover - Python 2 is not supported on nodes
-    HTTPError = URLError = Request = urlopen = None
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal
 
@@ -495,9 +491,10 @@ class Waiter:
 
 def _http(method, url, body, headers, timeout):
     """(status, text); status None when no HTTP answer came (refused, timeout, reset)."""
-    req = Request(url, data=body, headers=headers, method=method)
     try:
-        resp = urlopen(req, timeout=timeout)
+        # Loopback only: no proxy (a node's http_proxy must not see the probe), no redirects.
+        resp = open_url(url, data=body, headers=headers, method=method, timeout=timeout,
+                        use_proxy=False, follow_redirects="none")
         try:
             return resp.getcode(), resp.read().decode("utf-8", "replace")
         finally:
