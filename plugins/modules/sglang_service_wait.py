@@ -289,9 +289,11 @@ def parse_journal(text):
     return entries
 
 
-def current_run(entries, nrestarts):
-    """The invocations of the current run: the last ``nrestarts + 1`` invocations in the journal
-    (systemd resets NRestarts at every manual start/restart, so they are this run's crash chain).
+def current_run(entries, nrestarts, current=None):
+    """The invocations of the current run, ending at ``current`` (the unit's InvocationID now):
+    it and the ``nrestarts`` invocations before it (systemd resets NRestarts at every manual
+    start/restart, so they are this run's crash chain). A just-started invocation may have no
+    journal line yet; it is then an empty last entry, never replaced by the previous run.
     Returns an ordered list of (invocation_id, [lines])."""
     order = []
     lines = {}
@@ -302,6 +304,12 @@ def current_run(entries, nrestarts):
             order.append(inv)
             lines[inv] = []
         lines[inv].append(line)
+    if current:
+        if current in lines:
+            order = order[:order.index(current) + 1]
+        else:
+            order.append(current)
+            lines[current] = []
     keep = order[-(max(nrestarts, 0) + 1):] if order else []
     return [(inv, lines[inv]) for inv in keep]
 
@@ -344,7 +352,8 @@ class Waiter:
         rc, out, _err = self.run(journal_argv(self.unit, lines))
         if rc != 0:
             return []
-        chain = current_run(parse_journal(out), _int(self.props.get("NRestarts")))
+        chain = current_run(parse_journal(out), _int(self.props.get("NRestarts")),
+                            self.props.get("InvocationID") or None)
         for inv, _lines in chain:
             if inv not in self.invocations:
                 self.invocations.append(inv)

@@ -195,6 +195,17 @@ def test_current_run_keeps_the_last_invocations():
     assert m.current_run(entries, 1) == [("b", ["2", "3"]), ("c", ["4"])]
     assert m.current_run(entries, 9) == [("a", ["1"]), ("b", ["2", "3"]), ("c", ["4"])]
     assert m.current_run([], 3) == []
+    # Anchored at the unit's current invocation: a just-restarted unit with no line yet must not
+    # be judged by the previous run's crash.
+    assert m.current_run(entries, 0, "d") == [("d", [])]
+    assert m.current_run(entries, 1, "d") == [("c", ["4"]), ("d", [])]
+    assert m.current_run(entries, 1, "b") == [("a", ["1"]), ("b", ["2", "3"])]
+
+
+def test_fresh_invocation_without_lines_is_not_judged_by_the_previous_run():
+    node = FakeNode([{"InvocationID": "new"}], journal={"old": KV_LINES}, health=[None, 200])
+    data, _clock = wait(node)
+    assert data["ready"] is True
 
 
 def test_parse_journal_formats_and_splits():
