@@ -21,8 +21,8 @@ description:
   - Fails fast, without waiting for the timeout, as soon as the unit is C(failed), is in
     C(auto-restart), its C(NRestarts) grew by more than O(max_restarts), or its journal shows a
     fatal line (for example the KV-cache C(Not enough memory) error) while the process still runs.
-  - On failure it reads the journal of the current run (every invocation since the last manual
-    start, as many as C(NRestarts)+1), takes the first invocation whose journal names a cause
+  - On failure it reads the journal of the current run (every invocation since O(since), or the
+    restarts seen while waiting), takes the first invocation whose journal names a cause
     (later crashes of a crash loop often show only a consequence, such as a CUDA OOM caused by the
     first try's orphans) and classifies the failure as V(oom_kv_cache), V(cuda_graph_capture), V(cuda_oom), V(bad_args), V(port_in_use),
     V(timeout) or V(unknown), and returns the journal tail.
@@ -70,16 +70,13 @@ options:
         the first crash, which is what a tuning loop wants.
     type: int
     default: 0
-  count_restarts_from:
+  since:
     description:
-      - V(start) counts the unit's C(NRestarts) as systemd reports it; systemd resets it at every
-        manual start or restart, so crashes that happened between the restart and the first poll
-        count too (right after a restart, which is how the service role calls it).
-      - V(wait) counts only the growth of C(NRestarts) while this module waits (for a unit that
-        was not just restarted and may carry restarts from long ago).
-    type: str
-    choices: [start, wait]
-    default: start
+      - Epoch seconds (node clock) of the (re)start this wait follows, as C(date +%s.%N) prints it.
+      - With it, every invocation of the unit that began since then is this run: crashes that
+        happened before the first poll count against O(max_restarts), and the first of them
+        decides RV(failure_class). Without it, only restarts while waiting count.
+    type: float
   journal_lines:
     description: How many journal lines to return in RV(journal_tail).
     type: int
@@ -169,7 +166,7 @@ nrestarts:
   returned: always
   type: int
 restarts_during_wait:
-  description: Restarts counted against O(max_restarts) (see O(count_restarts_from)).
+  description: Restarts counted against O(max_restarts) (see O(since)).
   returned: always
   type: int
 active_state:
@@ -265,7 +262,7 @@ def _text(value):
 
 
 def parse_journal(text):
-    """journalctl -o json output -> list of (invocation_id, formatted line), oldest first."""
+    """journalctl -o json output -> list of (invocation_id, formatted line, usec), oldest first."""
     entries = []
     for raw in text.splitlines():
         raw = raw.strip()
@@ -277,32 +274,37 @@ def parse_journal(text):
             continue
         inv = entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID") or ""
         try:
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000",
-                                  time.gmtime(int(entry.get("__REALTIME_TIMESTAMP", "0")) / 1e6))
+            usec = int(entry.get("__REALTIME_TIMESTAMP", "0"))
         except (TypeError, ValueError):
-            stamp = "-"
+            usec = 0
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(usec / 1e6))
         ident = _text(entry.get("SYSLOG_IDENTIFIER")) or "?"
         pid = _text(entry.get("_PID"))
         head = "%s %s %s%s:" % (stamp, _text(entry.get("_HOSTNAME")) or "-", ident, "[%s]" % pid if pid else "")
         for part in _text(entry.get("MESSAGE")).splitlines() or [""]:
-            entries.append((_text(inv), "%s %s" % (head, part)))
+            entries.append((_text(inv), "%s %s" % (head, part), usec))
     return entries
 
 
-def current_run(entries, nrestarts, current=None):
-    """The invocations of the current run, ending at ``current`` (the unit's InvocationID now):
-    it and the ``nrestarts`` invocations before it (systemd resets NRestarts at every manual
-    start/restart, so they are this run's crash chain). A just-started invocation may have no
-    journal line yet; it is then an empty last entry, never replaced by the previous run.
-    Returns an ordered list of (invocation_id, [lines])."""
+def current_run(entries, current=None, since=None, previous=0):
+    """The invocations of the current run, oldest first, as (invocation_id, [lines]).
+
+    The run ends at ``current`` (the unit's InvocationID now; a just-started invocation may have
+    no journal line yet and is then an empty last entry, never replaced by an older one). It
+    starts at the first invocation that began at or after ``since`` (epoch seconds of the manual
+    (re)start); without ``since``, ``previous`` more invocations before the current one are
+    included (the restarts seen while waiting).
+    """
     order = []
     lines = {}
-    for inv, line in entries:
+    first = {}
+    for inv, line, usec in entries:
         if not inv:
             continue
         if inv not in lines:
             order.append(inv)
             lines[inv] = []
+            first[inv] = usec
         lines[inv].append(line)
     if current:
         if current in lines:
@@ -310,7 +312,13 @@ def current_run(entries, nrestarts, current=None):
         else:
             order.append(current)
             lines[current] = []
-    keep = order[-(max(nrestarts, 0) + 1):] if order else []
+            first[current] = None
+    if since is not None:
+        keep = [inv for inv in order if first[inv] is None or first[inv] >= since * 1e6]
+        if current and current not in keep:
+            keep.append(current)
+    else:
+        keep = order[-(max(previous, 0) + 1):] if order else []
     return [(inv, lines[inv]) for inv in keep]
 
 
@@ -333,6 +341,7 @@ class Waiter:
         self.health_status = None
         self.generated_tokens = 0
         self.base_restarts = None
+        self.chain_restarts = 0  # invocations of this run before the current one (with since)
         self.last_probe_error = None
 
     # -- systemd ----------------------------------------------------------------------------
@@ -352,8 +361,10 @@ class Waiter:
         rc, out, _err = self.run(journal_argv(self.unit, lines))
         if rc != 0:
             return []
-        chain = current_run(parse_journal(out), _int(self.props.get("NRestarts")),
-                            self.props.get("InvocationID") or None)
+        growth = _int(self.props.get("NRestarts")) - (self.base_restarts or 0)
+        chain = current_run(parse_journal(out), self.props.get("InvocationID") or None,
+                            self.p.get("since"), growth)
+        self.chain_restarts = max(len(chain) - 1, 0)
         for inv, _lines in chain:
             if inv not in self.invocations:
                 self.invocations.append(inv)
@@ -422,7 +433,7 @@ class Waiter:
             return "unit %s is not installed (LoadState=not-found)" % self.unit
         active = props.get("ActiveState")
         sub = props.get("SubState")
-        restarts = _int(props.get("NRestarts")) - self.base_restarts
+        restarts = max(_int(props.get("NRestarts")) - self.base_restarts, self.chain_restarts)
         if active == "failed":
             return "unit %s failed (Result=%s, ExecMainStatus=%s)" % (
                 self.unit, props.get("Result"), props.get("ExecMainStatus"))
@@ -442,10 +453,12 @@ class Waiter:
         while True:
             props = self.show()
             if self.base_restarts is None:
-                # systemd resets NRestarts at every manual start/restart, so by default the
-                # crashes counted are those since the restart that preceded this wait, even the
-                # ones that happened before the first poll.
-                self.base_restarts = 0 if self.p["count_restarts_from"] == "start" else _int(props.get("NRestarts"))
+                # NRestarts is not reliably reset by a manual start (systemd 252 keeps it after a
+                # stop during auto-restart), so it only measures growth while waiting; crashes
+                # before the first poll are counted from the journal when `since` is given.
+                self.base_restarts = _int(props.get("NRestarts"))
+                if self.p.get("since") is not None:
+                    self.run_chain(JOURNAL_SCAN_LINES)
             reason = self._failed_state(props)
             if reason:
                 break
@@ -482,7 +495,7 @@ class Waiter:
             "failure_line": failure_line,
             "journal_tail": journal.tail(lines, self.p["journal_lines"]),
             "nrestarts": _int(props.get("NRestarts")),
-            "restarts_during_wait": _int(props.get("NRestarts")) - (self.base_restarts or 0),
+            "restarts_during_wait": max(_int(props.get("NRestarts")) - (self.base_restarts or 0), self.chain_restarts),
             "active_state": props.get("ActiveState"),
             "sub_state": props.get("SubState"),
             "exec_main_status": _int(props.get("ExecMainStatus")),
@@ -527,7 +540,7 @@ def main():
             "probe_max_new_tokens": {"type": "int", "default": 4, "no_log": False},
             "max_restarts": {"type": "int", "default": 0},
             "journal_lines": {"type": "int", "default": 60},
-            "count_restarts_from": {"type": "str", "default": "start", "choices": ["start", "wait"]},
+            "since": {"type": "float"},
             "fail_on_error": {"type": "bool", "default": True},
         },
         supports_check_mode=True,

@@ -19,8 +19,10 @@ PARAMS = {
     "max_restarts": 0,
     "journal_lines": 5,
     "fail_on_error": True,
-    "count_restarts_from": "start",
+    "since": None,
 }
+
+T0 = 1764687600  # 2025-12-02T15:00:00Z; the k-th invocation in a FakeNode journal starts at T0 + 10 k
 
 KV_LINES = [
     "2026-12-02T15:00:00+0000 n python[7]: Load weight end. elapsed=1.0 s, avail mem=33.80 GB",
@@ -67,13 +69,13 @@ class FakeNode:
         if argv[0] == "journalctl":
             assert argv[argv.index("-o") + 1] == "json" and "-u" in argv
             out = []
-            for inv, got in self.journal.items():
+            for k, (inv, got) in enumerate(self.journal.items()):
                 if got and isinstance(got[0], list):  # successive snapshots, the last one repeats
                     got = got.pop(0) if len(got) > 1 else got[0]
                 for i, line in enumerate(got):
                     out.append(json.dumps({"_SYSTEMD_INVOCATION_ID": inv, "MESSAGE": line, "_PID": "7",
                                            "SYSLOG_IDENTIFIER": "python", "_HOSTNAME": "n",
-                                           "__REALTIME_TIMESTAMP": str(1764687600000000 + i)}))
+                                           "__REALTIME_TIMESTAMP": str((T0 + 10 * k) * 1000000 + i)}))
             n = int(argv[argv.index("-n") + 1])
             return 0, "\n".join(out[-n:]) + ("\n" if out else ""), ""
         raise AssertionError("unexpected command %r" % argv)
@@ -171,35 +173,38 @@ def test_crash_before_first_poll_counts_and_first_cause_wins():
     # second try failed on the memory the first try's orphans still hold (CUDA OOM).
     second = ["2026-12-02T15:00:05+0000 n python[9]: Load weight begin. avail mem=94.11 GB",
               "2026-12-02T15:00:05+0000 n python[9]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.21 GiB."]
-    node = FakeNode([{"NRestarts": "1", "InvocationID": "inv2", "ActiveState": "activating", "SubState": "auto-restart"}],
-                    journal={"old": ["from an earlier run: RuntimeError: Not enough memory"], "inv1": KV_LINES,
+    node = FakeNode([{"NRestarts": "4", "InvocationID": "inv2"}],
+                    journal={"old": ["from an earlier run: Capture cuda graph failed"], "inv1": KV_LINES,
                              "inv2": second})
-    data, _clock = wait(node)
+    data, _clock = wait(node, since=T0 + 10)  # the restart happened just before inv1 began
     assert data["failure_class"] == "oom_kv_cache"
     assert set(data["invocation_ids"]) == {"inv1", "inv2"}  # "old" belongs to a previous run
+    assert data["restarts_during_wait"] == 1  # counted from the journal, NRestarts was not reset
     assert any("Not enough memory" in line for line in data["journal_tail"])
 
 
-def test_count_restarts_from_wait_ignores_old_restarts():
+def test_old_restart_count_without_since_is_ignored():
     node = FakeNode([{"NRestarts": "7"}, {"NRestarts": "7"}, {"NRestarts": "7"}], health=[None, None, 200])
-    data, _clock = wait(node, count_restarts_from="wait")
-    assert data["ready"] is True
-    node = FakeNode([{"NRestarts": "7"}], health=[None, None, 200])
     data, _clock = wait(node)
-    assert data["ready"] is False and "restarted 7 time(s)" in data["msg"]
+    assert data["ready"] is True
+    assert data["restarts_during_wait"] == 0
 
 
-def test_current_run_keeps_the_last_invocations():
-    entries = [("a", "1"), ("", "no id"), ("b", "2"), ("b", "3"), ("c", "4")]
-    assert m.current_run(entries, 0) == [("c", ["4"])]
-    assert m.current_run(entries, 1) == [("b", ["2", "3"]), ("c", ["4"])]
-    assert m.current_run(entries, 9) == [("a", ["1"]), ("b", ["2", "3"]), ("c", ["4"])]
-    assert m.current_run([], 3) == []
+def test_current_run_selection():
+    entries = [("a", "1", 10), ("", "no id", 11), ("b", "2", 20), ("b", "3", 21), ("c", "4", 30)]
+    # Without since: the current invocation and `previous` before it.
+    assert m.current_run(entries, None, None, 0) == [("c", ["4"])]
+    assert m.current_run(entries, "c", None, 1) == [("b", ["2", "3"]), ("c", ["4"])]
+    assert m.current_run(entries, "c", None, 9) == [("a", ["1"]), ("b", ["2", "3"]), ("c", ["4"])]
+    assert m.current_run([], None, None, 3) == []
     # Anchored at the unit's current invocation: a just-restarted unit with no line yet must not
     # be judged by the previous run's crash.
-    assert m.current_run(entries, 0, "d") == [("d", [])]
-    assert m.current_run(entries, 1, "d") == [("c", ["4"]), ("d", [])]
-    assert m.current_run(entries, 1, "b") == [("a", ["1"]), ("b", ["2", "3"])]
+    assert m.current_run(entries, "d", None, 0) == [("d", [])]
+    assert m.current_run(entries, "b", None, 1) == [("a", ["1"]), ("b", ["2", "3"])]
+    # With since (seconds; entries in usec): every invocation that began since then.
+    assert m.current_run(entries, "c", 15e-6, 0) == [("b", ["2", "3"]), ("c", ["4"])]
+    assert m.current_run(entries, "d", 25e-6, 0) == [("c", ["4"]), ("d", [])]
+    assert m.current_run(entries, "d", 99e-6, 0) == [("d", [])]
 
 
 def test_fresh_invocation_without_lines_is_not_judged_by_the_previous_run():
@@ -216,9 +221,9 @@ def test_parse_journal_formats_and_splits():
                     "__REALTIME_TIMESTAMP": "0"}),
         "-- No entries --",
     ])
-    assert m.parse_journal(text) == [("x", "1970-01-01T00:00:00+0000 h python[5]: a"),
-                                     ("x", "1970-01-01T00:00:00+0000 h python[5]: b"),
-                                     ("x", "1970-01-01T00:00:00+0000 h systemd: hi")]
+    assert m.parse_journal(text) == [("x", "1970-01-01T00:00:00+0000 h python[5]: a", 0),
+                                     ("x", "1970-01-01T00:00:00+0000 h python[5]: b", 0),
+                                     ("x", "1970-01-01T00:00:00+0000 h systemd: hi", 0)]
 
 
 def test_max_restarts_tolerates_some():
