@@ -73,8 +73,8 @@ options:
   since:
     description:
       - Epoch seconds (node clock) of the (re)start this wait follows, as C(date +%s.%N) prints it.
-      - With it, every invocation of the unit that began since then is this run: crashes that
-        happened before the first poll count against O(max_restarts), and the first of them
+      - With it, every invocation of the unit that began since then is this run, so crashes that
+        happened before the first poll count against O(max_restarts) and the first of them
         decides RV(failure_class). Without it, only restarts while waiting count.
     type: float
   journal_lines:
