@@ -34,8 +34,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        _, args = self.validate_argument_spec(argument_spec=ARGSPEC,
-                                              required_if=[("op", "write", ("results",))])
+        _validated, args = self.validate_argument_spec(argument_spec=ARGSPEC,
+                                                       required_if=[("op", "write", ("results",))])
         directory = os.path.abspath(os.path.expanduser(args["path"]))
         result.update(changed=False, path=directory)
         try:

@@ -395,7 +395,7 @@ def _climb(lane, scores, seed_idx, min_gain):
     b = max(ok, key=lambda i: (ok[i], -i))
     if ok[b] <= 0:
         # Nothing meets the SLO yet: there is no slope to follow, so widen the search outward.
-        above = [i for i in range(max(scores) + 1, n)]
+        above = list(range(max(scores) + 1, n))
         below = [i for i in range(min(scores)) if i not in scores]
         return above[0] if above else (below[-1] if below else None)
     up = b + 1
@@ -432,7 +432,7 @@ def _labelled(nxt):
     cand = nxt["candidate"]
     ov = ", ".join("%s=%s" % (k, v) for k, v in sorted((nxt["overrides"] or {}).items()) if v is not None)
     nxt["label"] = "steps=%s topk=%s draft=%s%s (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"],
-                                                      " [%s]" % ov if ov else "", nxt["reason"])
+                                                        " [%s]" % ov if ov else "", nxt["reason"])
     return nxt
 
 
@@ -622,11 +622,11 @@ def mtp_tune_progress(attempt, attempts, objective="latency", level=None, slo_mi
         head += " [%s]" % ", ".join("%s=%s" % (k, v) for k, v in sorted(ov.items()) if v is not None)
     if attempt.get("status") == "ok":
         parts = []
-        for c in sorted((attempt.get("metrics") or {}), key=lambda x: int(x)):
+        for c in sorted((attempt.get("metrics") or {}), key=int):
             m = mtp_tune_level_metrics(_level(attempt, c))
             tps = m["decode_tps_mean"]
             parts.append("C%s %s/%s" % (c, "-" if tps is None else "%.0f" % tps,
-                                       "-" if m["output_throughput"] is None else "%.0f" % m["output_throughput"]))
+                                         "-" if m["output_throughput"] is None else "%.0f" % m["output_throughput"]))
         body = "ok, tok/s per-request/aggregate: " + " ".join(parts)
     else:
         body = "FAILED (%s)" % (attempt.get("failure_class") or "unknown")

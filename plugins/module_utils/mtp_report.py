@@ -397,7 +397,7 @@ def render_png(doc, path):
         if plotted:
             axes[1].legend(title="steps (draft tokens)", fontsize=8)
         fig.suptitle("MTP tuning %s on %s: objective %s" % (doc.get("run", ""), doc.get("host", ""),
-                                                             (doc.get("settings") or {}).get("objective", "")))
+                                                            (doc.get("settings") or {}).get("objective", "")))
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)

@@ -62,6 +62,8 @@ options:
         launches and wall time.
     type: bool
     default: true
+extends_documentation_fragment:
+  - blackwell.sglang.attributes
 attributes:
   check_mode:
     support: partial
@@ -69,10 +71,11 @@ attributes:
   diff_mode:
     support: none
   action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: Runs on the controller.
 author:
-  - blackwell.sglang maintainers
+  - blackwell.sglang maintainers (@blackwell)
 seealso:
   - name: mtp_tune role
     description: The tuning loop that fills the report.

@@ -144,7 +144,7 @@ def _pip_download(requirement, dest):
         "-d", str(dest),
     ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ReleaseUnavailable("pip download %s failed: %s" % (requirement, exc))
     if proc.returncode != 0:
@@ -499,7 +499,7 @@ class _WheelImporter(importlib.abc.MetaPathFinder):
 
     def resolve(self, ref):
         """Load ``module:qualname`` from the wheel (used inside the context)."""
-        modname, _, qualname = ref.partition(":")
+        modname, _sep, qualname = ref.partition(":")
         obj = importlib.import_module(modname)
         for part in qualname.split("."):
             obj = getattr(obj, part)

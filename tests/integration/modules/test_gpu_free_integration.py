@@ -103,12 +103,12 @@ class Node:
         full_env = dict(os.environ, **(env or {}))
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(COLLECTIONS), full_env.get("PYTHONPATH")) if p)
         done = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True, text=True,
-                              env=full_env, timeout=120)
+                              env=full_env, timeout=120, check=False)
         try:
             return json.loads(done.stdout)
         except ValueError:
             raise AssertionError("module printed no JSON: rc=%s\n%s\n%s" % (done.returncode, done.stdout,
-                                                                             done.stderr))
+                                                                            done.stderr))
 
     def cleanup(self):
         for proc in self.children:
@@ -333,12 +333,12 @@ def test_crashed_simulated_server_end_to_end(node, tmp_path):
         smi.chmod(0o755)
         info = subprocess.run([sys.executable, str(ROOT / "plugins" / "modules" / "gpu_info.py"),
                                str(_args(tmp_path, {"nvidia_smi": str(smi), "devices": [str(simdev / "nvidia*")]}))],
-                              capture_output=True, text=True, timeout=60,
+                              capture_output=True, text=True, timeout=60, check=False,
                               env=dict(os.environ, **dict(env, PYTHONPATH=os.pathsep.join(
                                   [str(COLLECTIONS), str(ROOT / "sim")]))))
         facts = json.loads(info.stdout)["ansible_facts"]["gpu_info"]
         assert sorted(a["process_name"] for a in facts["compute_apps"]) == ["sglang::scheduler_TP0",
-                                                                              "sglang::scheduler_TP1"]
+                                                                             "sglang::scheduler_TP1"]
         holder_titles = dict((h["pid"], h["cmdline"].split()[0]) for h in facts["device_holders"])
         assert sorted(holder_titles.values()) == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
         assert facts["gpus"][0]["memory_used_mib"] > 0 and facts["gpus"][1]["memory_used_mib"] > 0

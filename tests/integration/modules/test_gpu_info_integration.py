@@ -25,7 +25,7 @@ def run_module(tmp_path, env=None, **args):
     full_env = dict(os.environ, PYTHONPATH=str(COLLECTIONS))
     full_env.update(env or {})
     done = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True, text=True, env=full_env,
-                          timeout=120)
+                          timeout=120, check=False)
     try:
         return json.loads(done.stdout)
     except ValueError:

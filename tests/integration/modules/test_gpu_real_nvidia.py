@@ -46,7 +46,7 @@ def _real_gpu():
     smi = shutil.which("nvidia-smi")
     if not smi:
         return "no nvidia-smi on PATH (not a GPU node)"
-    done = subprocess.run([smi, "-L"], capture_output=True, text=True)
+    done = subprocess.run([smi, "-L"], capture_output=True, text=True, check=False)
     if done.returncode != 0 or "GPU 0" not in done.stdout:
         return "nvidia-smi finds no GPU: %s" % (done.stdout + done.stderr).strip()[:200]
     try:
@@ -67,7 +67,7 @@ def run_module(tmp_path, name, args):
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(COLLECTIONS)] + [p for p in sys.path if p]))
     done = subprocess.run([sys.executable, str(ROOT / "plugins" / "modules" / ("%s.py" % name)), str(path)],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
     try:
         return json.loads(done.stdout)
     except ValueError:
@@ -114,7 +114,7 @@ def test_real_gpu_info_and_gpu_free(tmp_path, holders):
 
     started = time.monotonic()
     freed = run_module(tmp_path, "gpu_free", {"only_pids": mine, "grace_period": 3, "poll_interval": 0.05,
-                                               "timeout": 60, "idle_memory_mib": baseline + 64})
+                                              "timeout": 60, "idle_memory_mib": baseline + 64})
     wall = time.monotonic() - started
     assert not freed.get("failed"), freed
     assert dict((k["pid"], k["signal"]) for k in freed["killed"]) == {tp0.pid: "TERM", detok.pid: "KILL"}
@@ -132,8 +132,8 @@ def test_real_fuser_listing_ends_a_non_sglang_holder(tmp_path, holders):
     baseline = max(g["memory_used_mib"] or 0 for g in run_module(tmp_path, "gpu_info", {})["gpus"])
     train = holders("train.py", 4)
     freed = run_module(tmp_path, "gpu_free", {"patterns": [], "fuser_kill": True, "only_pids": [train.pid],
-                                               "grace_period": 3, "poll_interval": 0.05,
-                                               "idle_memory_mib": baseline + 64})
+                                              "grace_period": 3, "poll_interval": 0.05,
+                                              "idle_memory_mib": baseline + 64})
     assert not freed.get("failed"), freed
     assert [(k["pid"], k["via"], k["signal"]) for k in freed["killed"]] == [(train.pid, "fuser", "TERM")]
     assert "/dev/nvidia0" in freed["killed"][0]["devices"]

@@ -153,8 +153,8 @@ def test_generate_against_sim_matches_server_side_timing(sim):
         assert lv["itl_ms"]["mean"] == pytest.approx(lv["tpot_ms"]["mean"], rel=1e-6)
         # the server's own view (simulated seconds) vs ours (measured / time_scale)
         ttft_s, itl_s, e2e_s = (srv[k] * 1000 for k in ("time_to_first_token",
-                                                         "inter_token_latency",
-                                                         "e2e_request_latency"))
+                                                        "inter_token_latency",
+                                                        "e2e_request_latency"))
         print("C=%d ours ttft %.1f itl %.3f e2e %.1f | server ttft %.1f itl %.3f e2e %.1f (ms)"
               % (c, lv["ttft_ms"]["mean"], lv["itl_ms"]["mean"], lv["e2e_latency_ms"]["mean"],
                  ttft_s, itl_s, e2e_s))
@@ -230,7 +230,7 @@ def test_module_through_ansible(sim, tmp_path):
     args = json.dumps({"url": sim.url, "concurrency": [1, 2], "num_prompts": 4,
                        "input_len": 16, "output_len": 32, "time_scale": TIME_SCALE})
     r = subprocess.run([str(ansible), "localhost", "-m", "blackwell.sglang.sglang_bench",
-                        "-a", args], capture_output=True, text=True, env=env, timeout=300)
+                        "-a", args], capture_output=True, text=True, env=env, timeout=300, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     res = json.loads(r.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     facts = res["ansible_facts"]["sglang_bench"]

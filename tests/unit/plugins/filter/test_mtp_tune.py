@@ -91,7 +91,7 @@ def tune(strategy, objective, steps=(1, 2, 3, 4, 5, 6, 8, 10), fit_retry=False, 
     cands = F.mtp_tune_candidates(list(steps))
     ladder = F.mtp_tune_fit_ladder(512, None)
     attempts = []
-    for _ in range(60):
+    for _round in range(60):
         nxt = F.mtp_tune_next(attempts, cands, strategy, 0.03, objective, level, seed=3, fit_retry=fit_retry,
                               fit_ladder=ladder, **kw)
         if nxt is None:
@@ -304,9 +304,9 @@ def test_adaptive_picks_the_sweep_winner_with_at_most_half_the_launches(objectiv
 
 
 def test_adaptive_paths_are_the_expected_hill_climbs():
-    lat, _ = tune("adaptive", "latency")
+    lat, _lat_doc = tune("adaptive", "latency")
     assert [a["candidate"]["steps"] for a in lat] == [3, 4, 5]  # 4->5 gains 1.8 % < 3 %: stop
-    thr, _ = tune("adaptive", "throughput")
+    thr, _thr_doc = tune("adaptive", "throughput")
     assert [a["candidate"]["steps"] for a in thr] == [3, 4, 2]  # 4 drops: look below the seed
 
 
@@ -376,8 +376,8 @@ def test_adaptive_agrees_with_sweep_under_noise():
     agree = 0
     for seed in range(20):
         for objective in ("latency", "throughput"):
-            _, sw = tune("sweep", objective, rng=random.Random(seed), cv=0.01)
-            _, ad = tune("adaptive", objective, rng=random.Random(1000 + seed), cv=0.01)
+            _sw_attempts, sw = tune("sweep", objective, rng=random.Random(seed), cv=0.01)
+            _ad_attempts, ad = tune("adaptive", objective, rng=random.Random(1000 + seed), cv=0.01)
             truth = {"latency": "s4-k1-d5", "throughput": "s3-k1-d4"}[objective]
             if ad["winner"]["key"] == sw["winner"]["key"] or ad["winner"]["key"] in sw["tied"] + [truth]:
                 agree += 1
@@ -498,8 +498,8 @@ def test_sim_default_profile_with_its_noise_adaptive_decides_like_sweep():
     same = truthful = 0
     for seed in range(20):
         for objective, winner in (("latency", "s4-k1-d5"), ("throughput", "s3-k1-d4")):
-            _, sw = _sim_tune("sweep", objective, perf, seed)
-            _, ad = _sim_tune("adaptive", objective, perf, seed)
+            _sw_attempts, sw = _sim_tune("sweep", objective, perf, seed)
+            _ad_attempts, ad = _sim_tune("adaptive", objective, perf, seed)
             same += sw["winner"]["key"] == ad["winner"]["key"]
             truthful += ad["winner"]["key"] == winner or winner in ad["tied"]
     assert same >= 38, same

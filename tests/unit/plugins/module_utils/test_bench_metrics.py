@@ -26,7 +26,7 @@ def test_percentile_numpy_linear(values, q, expected):
 def test_percentile_matches_inclusive_quantiles_on_random_data():
     # statistics.quantiles(method="inclusive") is the same (n-1)p interpolation numpy uses
     rng = random.Random(7)
-    data = [rng.expovariate(1.0) for _ in range(257)]
+    data = [rng.expovariate(1.0) for _idx in range(257)]
     qs = statistics.quantiles(data, n=100, method="inclusive")
     for q in (1, 10, 50, 90, 99):
         assert bm.percentile(data, q) == pytest.approx(qs[q - 1], rel=1e-12)
@@ -216,7 +216,7 @@ def test_counter_accept_length_is_a_delta():
     assert bm.counter_accept_length(None, after) is None
     assert bm.counter_accept_length(before, {bm.GEN_TOKENS: 1.0}) is None
     # restarted server (counters went back): unknown, not negative
-    assert bm.counter_accept_length(after, before) is None
+    assert bm.counter_accept_length(before=after, after=before) is None
 
 
 def test_server_info_accept_length():

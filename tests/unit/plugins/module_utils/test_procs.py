@@ -18,7 +18,9 @@ def fuser_sections():
     """fuser.txt = `ls -l /dev/nvidia*`, then `fuser -v`, then plain `fuser`, split by '---'."""
     parts = (FIXTURES / "fuser.txt").read_text().split("---\n")
     assert len(parts) == 3, "fixture layout changed"
-    strip_rc = lambda text: "\n".join(ln for ln in text.splitlines() if not ln.startswith("rc="))  # noqa: E731
+    def strip_rc(text):
+        return "\n".join(ln for ln in text.splitlines() if not ln.startswith("rc="))
+
     return strip_rc(parts[1]), strip_rc(parts[2])
 
 
@@ -260,7 +262,9 @@ def test_is_ignored(holder, ignored):
 
 def test_send_signal_checks_identity_first(proc_root):
     sent = []
-    kill = lambda pid, sig: sent.append((pid, sig))  # noqa: E731
+    def kill(pid, sig):
+        sent.append((pid, sig))
+
     root = str(proc_root)
     assert procs.send_signal(101, "TERM", 1000, root, kill)
     assert not procs.send_signal(101, "KILL", 1, root, kill)  # recycled pid: never signalled
@@ -270,7 +274,8 @@ def test_send_signal_checks_identity_first(proc_root):
 
 def test_wait_gone_returns_survivors(proc_root):
     now = [0.0]
-    clock = lambda: now[0]  # noqa: E731
+    def clock():
+        return now[0]
 
     def sleep(seconds):
         now[0] += max(seconds, 0.05)

@@ -143,8 +143,8 @@ def test_orphans_are_termed_and_memory_waited_for(node):
     assert [g["memory_used_mib"] for g in result["memory_after"]] == [0, 0]
     assert result["survivors"] == []
     assert result["seconds_to_free"] is not None and result["seconds_to_free"] < 1
-    assert node.alive(400) and not any(pid == 400 for pid, _ in node.sent)
-    assert not any(pid in (1, 899, SELF) for pid, _ in node.sent)
+    assert node.alive(400) and not any(pid == 400 for pid, _sig in node.sent)
+    assert not any(pid in (1, 899, SELF) for pid, _sig in node.sent)
 
 
 def test_second_run_is_idempotent(node):
@@ -193,7 +193,7 @@ def test_only_pids_limits_everything(node):
     crashed_tp2(node)
     node.spawn(500, ["/usr/bin/python3", "train.py"], gpu=0, mib=1000, devices=["/dev/nvidia0"])
     ok, result, msg = freer(node, only_pids=[301, 500], fuser_kill=True, timeout=2.0).run()
-    assert sorted(pid for pid, _ in node.sent) == [301, 500]
+    assert sorted(pid for pid, _sig in node.sent) == [301, 500]
     assert node.fuser_kills == []  # restricted: never a bare fuser -k
     assert sorted((k["pid"], k["via"]) for k in result["killed"]) == [(301, "pattern"), (500, "fuser")]
     spared = dict((s["pid"], s["reason"]) for s in result["spared"])
@@ -210,7 +210,7 @@ def test_exclusions_and_protected_ancestors(node):
     user = gpu_free.procs._user_name(os.getuid() + 12345)
     ok, result, msg = freer(node, exclude_pids=[303], exclude_users=[user]).run()
     assert ok, msg
-    assert sorted(pid for pid, _ in node.sent) == [301, 302]
+    assert sorted(pid for pid, _sig in node.sent) == [301, 302]
     reasons = dict((s["pid"], s["reason"]) for s in result["spared"])
     assert reasons[303] == "in exclude_pids"
     assert reasons[600].startswith("user ")
@@ -235,7 +235,7 @@ def test_persistence_daemon_neither_blocks_nor_gets_signalled(node):
     assert node.comms[50] == "nvidia-persiste"
     ok, result, msg = freer(node, fuser_kill=True).run()
     assert ok, msg
-    assert sorted(pid for pid, _ in node.sent) == [301, 302, 303]
+    assert sorted(pid for pid, _sig in node.sent) == [301, 302, 303]
     assert node.fuser_kills == []  # a bare fuser -k would have hit the daemon
     spared = dict((s["pid"], s["reason"]) for s in result["spared"])
     assert spared == {50: "in ignore_holders"}

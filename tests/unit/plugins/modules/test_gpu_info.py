@@ -164,7 +164,9 @@ def test_gather_falls_back_to_proc_without_fuser(tmp_path, devdir):
     with open(str(devdir / "nvidia0")) as handle:
         assert handle
         warnings = []
-        which = lambda name: None if name == "fuser" else fake_nvidia_smi(tmp_path)  # noqa: E731
+        def which(name):
+            return None if name == "fuser" else fake_nvidia_smi(tmp_path)
+
         from ansible.module_utils.basic import AnsibleModule
         with patch_module_args({}):
             run_command = AnsibleModule(argument_spec={}).run_command
