@@ -257,12 +257,10 @@ def test_env_assignment_quoting():
 @pytest.mark.skipif(not RELEASES.exists(), reason="release map not generated yet (roles/service/vars/sglang_releases.yml)")
 def test_real_release_map_covers_what_the_role_renders():
     releases = yaml.safe_load(RELEASES.read_text())["_sglang_service_releases"]
-    supplement = yaml.safe_load((ROOT / "roles/service/vars/main.yml").read_text())["_sglang_service_flag_supplement"]
     for version, flags in releases.items():
-        merged = dict(supplement, **flags)
         argv = f.sglang_service_args(base(mem_fraction_static=0.8, cuda_graph_max_bs=16, max_running_requests=8,
                                           context_length=4096, attention_backend="triton", trust_remote_code=True,
-                                          api_key_env="SGLANG_API_KEY", speculative_draft_model_path="/d"), merged)
+                                          api_key_env="SGLANG_API_KEY", speculative_draft_model_path="/d"), flags)
         assert "--cuda-graph-max-bs-decode" in argv, version
 
 
