@@ -432,7 +432,7 @@ def _labelled(nxt):
     cand = nxt["candidate"]
     ov = ", ".join("%s=%s" % (k, v) for k, v in sorted((nxt["overrides"] or {}).items()) if v is not None)
     nxt["label"] = "steps=%s topk=%s draft=%s%s (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"],
-                                                        " [%s]" % ov if ov else "", nxt["reason"])
+                                                         " [%s]" % ov if ov else "", nxt["reason"])
     return nxt
 
 
@@ -626,7 +626,7 @@ def mtp_tune_progress(attempt, attempts, objective="latency", level=None, slo_mi
             m = mtp_tune_level_metrics(_level(attempt, c))
             tps = m["decode_tps_mean"]
             parts.append("C%s %s/%s" % (c, "-" if tps is None else "%.0f" % tps,
-                                         "-" if m["output_throughput"] is None else "%.0f" % m["output_throughput"]))
+                                        "-" if m["output_throughput"] is None else "%.0f" % m["output_throughput"]))
         body = "ok, tok/s per-request/aggregate: " + " ".join(parts)
     else:
         body = "FAILED (%s)" % (attempt.get("failure_class") or "unknown")

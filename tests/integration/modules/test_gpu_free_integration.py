@@ -338,7 +338,7 @@ def test_crashed_simulated_server_end_to_end(node, tmp_path):
                                   [str(COLLECTIONS), str(ROOT / "sim")]))))
         facts = json.loads(info.stdout)["ansible_facts"]["gpu_info"]
         assert sorted(a["process_name"] for a in facts["compute_apps"]) == ["sglang::scheduler_TP0",
-                                                                             "sglang::scheduler_TP1"]
+                                                                            "sglang::scheduler_TP1"]
         holder_titles = dict((h["pid"], h["cmdline"].split()[0]) for h in facts["device_holders"])
         assert sorted(holder_titles.values()) == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
         assert facts["gpus"][0]["memory_used_mib"] > 0 and facts["gpus"][1]["memory_used_mib"] > 0

@@ -18,6 +18,7 @@ def fuser_sections():
     """fuser.txt = `ls -l /dev/nvidia*`, then `fuser -v`, then plain `fuser`, split by '---'."""
     parts = (FIXTURES / "fuser.txt").read_text().split("---\n")
     assert len(parts) == 3, "fixture layout changed"
+
     def strip_rc(text):
         return "\n".join(ln for ln in text.splitlines() if not ln.startswith("rc="))
 
@@ -262,6 +263,7 @@ def test_is_ignored(holder, ignored):
 
 def test_send_signal_checks_identity_first(proc_root):
     sent = []
+
     def kill(pid, sig):
         sent.append((pid, sig))
 
@@ -274,6 +276,7 @@ def test_send_signal_checks_identity_first(proc_root):
 
 def test_wait_gone_returns_survivors(proc_root):
     now = [0.0]
+
     def clock():
         return now[0]
 

@@ -164,6 +164,7 @@ def test_gather_falls_back_to_proc_without_fuser(tmp_path, devdir):
     with open(str(devdir / "nvidia0")) as handle:
         assert handle
         warnings = []
+
         def which(name):
             return None if name == "fuser" else fake_nvidia_smi(tmp_path)
 
