@@ -25,7 +25,7 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import level_metrics
+from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -66,18 +66,6 @@ def _frac(value, what, default):
         raise AnsibleFilterError("%s must be a number (a fraction, 0.03 = 3 %%), got %r" % (what, value))
     if out < 0 or math.isnan(out):
         raise AnsibleFilterError("%s must be >= 0, got %r" % (what, value))
-    return out
-
-
-def _num(value):
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    if math.isnan(out):
-        return None
     return out
 
 

@@ -44,6 +44,8 @@ import math
 import re
 import shlex
 
+from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, render_json
+
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # pragma: no cover - only for running the pure functions without ansible
@@ -104,18 +106,6 @@ def _int(value, what, low=None):
     if low is not None and value < low:
         raise AnsibleFilterError("%s must be >= %d, got %d" % (what, low, value))
     return value
-
-
-def _num(value):
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    if math.isnan(out) or math.isinf(out):
-        return None
-    return out
 
 
 def _opt_num(value, what, low=0.0):
@@ -595,15 +585,7 @@ def rollout_summary_markdown(summary):
 
 def rollout_summary_json(summary):
     """Stable JSON text (sorted keys, no NaN) of the summary."""
-    def clean(node):
-        if isinstance(node, float) and (math.isnan(node) or math.isinf(node)):
-            return None
-        if isinstance(node, dict):
-            return dict((str(k), clean(v)) for k, v in node.items())
-        if isinstance(node, (list, tuple)):
-            return [clean(v) for v in node]
-        return node
-    return json.dumps(clean(summary), indent=2, sort_keys=True, allow_nan=False, default=str) + "\n"
+    return render_json(summary)
 
 
 class FilterModule(object):

@@ -45,16 +45,20 @@ class ReportError(Exception):
 
 # ---------------------------------------------------------------------------- metrics
 
-def _num(value):
+def as_number(value):
+    """A finite float, or None for anything that is not one (missing, bool, text, NaN, inf)."""
     if value is None or isinstance(value, bool):
         return None
     try:
         out = float(value)
     except (TypeError, ValueError):
         return None
-    if math.isnan(out):
+    if math.isnan(out) or math.isinf(out):
         return None
     return out
+
+
+_num = as_number
 
 
 def _get(level, *path):
