@@ -15,15 +15,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import mtp_report
 
-ARGSPEC = dict(
-    path=dict(type="path", required=True),
-    op=dict(type="str", choices=["load", "write"], default="write"),
-    results=dict(type="dict"),
-    force=dict(type="bool", default=False),
-    fresh=dict(type="bool", default=False),
-    plot=dict(type="bool", default=True),
-    compare=dict(type="bool", default=True),
-)
+ARGSPEC = mtp_report.ARGSPEC
 
 
 class ActionModule(ActionBase):

@@ -39,6 +39,19 @@ SUMMARY_MD = "summary.md"
 PLOT_PNG = "plot.png"
 
 
+# Options of blackwell.sglang.mtp_tune_report: one definition for the action plugin that does the
+# work and the module that carries the documentation.
+ARGSPEC = dict(
+    path=dict(type="path", required=True),
+    op=dict(type="str", choices=["load", "write"], default="write"),
+    results=dict(type="dict"),
+    force=dict(type="bool", default=False),
+    fresh=dict(type="bool", default=False),
+    plot=dict(type="bool", default=True),
+    compare=dict(type="bool", default=True),
+)
+
+
 class ReportError(Exception):
     """A results file that cannot be used as it is (corrupt, wrong shape, unwritable place)."""
 

@@ -130,20 +130,13 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import ARGSPEC
 
 
 def main():
     # The action plugin does the work on the controller; reaching this code means the module was
     # called without it (e.g. by a tool that bypasses action plugins).
-    module = AnsibleModule(argument_spec=dict(
-        path=dict(type="path", required=True),
-        op=dict(type="str", choices=["load", "write"], default="write"),
-        results=dict(type="dict"),
-        force=dict(type="bool", default=False),
-        fresh=dict(type="bool", default=False),
-        plot=dict(type="bool", default=True),
-        compare=dict(type="bool", default=True),
-    ), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGSPEC, supports_check_mode=True)
     module.fail_json(msg="mtp_tune_report runs on the controller through its action plugin; "
                          "call it as a task (blackwell.sglang.mtp_tune_report), not as a raw module")
 
