@@ -14,8 +14,8 @@ Settings (a dict; keys absent or None are not rendered, so SGLang's default appl
 
     model_path, served_model_name, tp_size, host, port, kv_cache_dtype, mem_fraction_static,
     cuda_graph_max_bs, max_running_requests, context_length, attention_backend,
-    trust_remote_code (bool), api_key_env (name of an environment variable holding the key),
-    speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
+    trust_remote_code (bool), config_file (path of the SGLang ``--config`` YAML that holds the
+    API key), speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
     speculative_num_draft_tokens, speculative_draft_model_path, extra_args (list of str)
 
 The release map gives, per logical key, the flag spelling of one SGLang release, e.g.
@@ -26,6 +26,12 @@ Filters: sglang_service_args (settings, flags) -> argv list; sglang_service_spec
 speculative settings); sglang_service_problems (list of what is wrong, empty when valid);
 sglang_service_summary (one-line JSON of the logical settings, for the unit's comment);
 sglang_systemd_exec (argv -> ExecStart= text); sglang_systemd_env (one Environment= word).
+
+The node's own record of what it serves (``<config_dir>/<name>/setting.json``):
+sglang_service_setting (precedence: variable given > node record > defaults);
+sglang_service_record (the record to keep after this run, provenance kept when nothing changed);
+sglang_service_secrets_yaml (the ``--config`` file text); sglang_service_node_key (the key read
+back from that file or from the older EnvironmentFile layout).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -201,9 +207,11 @@ def sglang_service_problems(settings):
         isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in extra)
     if not words_ok:
         problems.append("extra_args must be a list of strings, one argv word each, got %r" % (extra,))
-    env_name = settings.get("api_key_env")
-    if _set(env_name) and not _ENV_NAME.match(str(env_name)):
-        problems.append("api_key_env must be an environment variable name, got %r" % (env_name,))
+    config_file = settings.get("config_file")
+    if _set(config_file) and not re.match(r"^/.*\.ya?ml$", str(config_file)):
+        # SGLang's ConfigArgumentMerger refuses other suffixes; the unit has no working directory
+        # worth relying on.
+        problems.append("config_file must be an absolute path ending in .yaml or .yml, got %r" % (config_file,))
 
     if not _set(settings.get("speculative_algorithm")):
         return problems
@@ -277,11 +285,13 @@ def sglang_service_args(settings, flags):
     for key in BOOL_KEYS:
         if settings.get(key):
             argv.append(_flag(flags, key))
-    env_name = settings.get("api_key_env")
-    if _set(env_name):
-        # systemd substitutes ${NAME} from the EnvironmentFile at start, so the key itself never
-        # appears in the unit file (SGLang 0.5.23 reads --api-key from the command line only).
-        argv += [_flag(flags, "api_key"), "${%s}" % env_name]
+    config_file = settings.get("config_file")
+    if _set(config_file):
+        # The API key stays out of argv (and /proc/<pid>/cmdline): prepare_server_args
+        # (srt/server_args.py) sees the exact word "--config" and its ConfigArgumentMerger
+        # (srt/utils/server_args_config_parser.py) puts the file's options before the command
+        # line, so a flag given here still wins. "--config=PATH" would be parsed but never merged.
+        argv += [_flag(flags, "config"), str(config_file)]
     argv += [_word(a) for a in (settings.get("extra_args") or [])]
     return argv
 
@@ -305,6 +315,163 @@ def sglang_service_summary(settings):
     summary["max_running_requests_effective"] = (
         mrr if mrr is not None else (SPEC_DEFAULT_MAX_RUNNING_REQUESTS if spec["enabled"] else None))
     return json.dumps(summary, sort_keys=True, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------- the node's record
+
+RECORD_SCHEMA = 1
+# What the record governs: the speculative setting and the overrides a fit search may choose.
+# Everything else of the unit (model, tp, port, ...) is inventory, not a decision to remember.
+RECORD_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+               "speculative_num_draft_tokens", "speculative_draft_model_path", "cuda_graph_max_bs",
+               "max_running_requests")
+# One decision: steps, topk and draft tokens are only consistent together.
+_SPEC_TRIPLE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+
+
+def _given(value):
+    """A variable counts as given unless it is None (the role defaults say null = not given)."""
+    return value is not None
+
+
+def _record_setting(record):
+    if isinstance(record, dict) and isinstance(record.get("setting"), dict):
+        return normalize(record["setting"])
+    return None
+
+
+def sglang_service_setting(given, record=None, defaults=None):
+    """The setting to serve, by precedence: a variable given > the node's record > defaults.
+
+    ``given`` holds RECORD_KEYS as the play passed them (None = not given; ``""`` for the
+    algorithm = speculation off, which is given). ``record`` is the node's record (or None,
+    or ``{}``), ``defaults`` the role's starting point. Steps, topk and draft tokens are one
+    decision: members that were not given come from the record only when every given member
+    agrees with it (``-e ..._eagle_topk=1`` on a node recorded at steps 4, topk 1 keeps steps 4);
+    otherwise from the defaults, so a new step count never inherits an old draft count.
+
+    Returns ``{"setting": {key: value}, "sources": {key: "variable"|"node"|"default"}}``.
+    """
+    if given is not None and not isinstance(given, dict):
+        raise AnsibleFilterError("sglang_service_setting: given must be a dict, got %s" % type(given).__name__)
+    given = normalize(given or {})
+    rec = _record_setting(record)
+    base = normalize(defaults or {})
+    setting, sources = {}, {}
+
+    def take(key, from_record):
+        if _given(given.get(key)):
+            setting[key], sources[key] = given[key], "variable"
+        elif from_record and rec is not None and key in rec:
+            setting[key], sources[key] = rec[key], "node"
+        else:
+            setting[key], sources[key] = base.get(key), "default"
+
+    triple_agrees = rec is not None and all(
+        given.get(k) == rec.get(k) for k in _SPEC_TRIPLE if _given(given.get(k)))
+    for key in RECORD_KEYS:
+        take(key, triple_agrees if key in _SPEC_TRIPLE else True)
+    return {"setting": setting, "sources": sources}
+
+
+def _resolved(setting):
+    """The record's form of a setting: speculative values as SGLang will run them."""
+    setting = normalize(setting or {})
+    spec = sglang_service_spec(setting)
+    out = dict((key, setting.get(key)) for key in RECORD_KEYS)
+    for key in SPEC_KEYS:
+        out[key] = spec[key]
+    if not spec["enabled"]:
+        out["speculative_algorithm"] = None
+    return out
+
+
+def sglang_service_record(setting, record=None, release=None, provenance=None, now=None):
+    """The node's record after this run, and whether it changes.
+
+    When the resolved ``setting`` equals the recorded one, the record is kept as it is, its
+    provenance included (a re-run, or a rollout to the setting already serving, is not a new
+    decision); only ``release`` is brought up to date. Otherwise a new record names who chose
+    the setting (``provenance``: by, run, why), when (``now``), and keeps the one before it
+    under ``previous``.
+
+    Returns ``{"record": {...}, "changed": bool, "setting_changed": bool}``.
+    """
+    if provenance is not None and not isinstance(provenance, dict):
+        raise AnsibleFilterError("sglang_service_record: provenance must be a dict, got %s"
+                                 % type(provenance).__name__)
+    new_setting = _resolved(setting)
+    old = record if isinstance(record, dict) and record else None
+    old_setting = _resolved(old["setting"]) if old and isinstance(old.get("setting"), dict) else None
+    if old_setting is not None and old_setting == new_setting:
+        out = dict(old)
+        out["schema"] = RECORD_SCHEMA
+        out["setting"] = new_setting
+        out["release"] = release if release is not None else old.get("release")
+        return {"record": out, "changed": out != old, "setting_changed": False}
+    prov = dict((k, v) for k, v in (provenance or {}).items() if v not in (None, ""))
+    prov.setdefault("by", "service")
+    prov["at"] = now
+    out = {"schema": RECORD_SCHEMA, "setting": new_setting, "release": release, "provenance": prov}
+    if old:
+        out["previous"] = {"setting": old.get("setting"), "release": old.get("release"),
+                           "provenance": old.get("provenance")}
+    return {"record": out, "changed": True, "setting_changed": True}
+
+
+def sglang_service_provenance_line(record):
+    """One comment line for the unit: who chose its setting, when and why."""
+    prov = (record or {}).get("provenance") or {}
+    if not prov:
+        return ""
+    head = "%s%s at %s" % (prov.get("by", "?"), (" " + str(prov["run"])) if prov.get("run") else "",
+                           prov.get("at") or "?")
+    why = prov.get("why")
+    return re.sub(r"[\r\n]+", " ", head + (": " + str(why) if why else ""))
+
+
+def sglang_service_secrets_yaml(api_key, header=None):
+    """Text of the SGLang ``--config`` file holding the API key.
+
+    The key is written as a JSON string, which YAML reads back verbatim (quotes, backslashes,
+    '#', ':' included) and which stays a string even when it looks like a number or a boolean.
+    """
+    key = "" if api_key is None else str(api_key)
+    if not key:
+        raise AnsibleFilterError("sglang_service_secrets_yaml: the API key is empty")
+    lines = ["# %s" % line for line in (header or [])]
+    lines.append("api-key: %s" % json.dumps(key))
+    return "\n".join(lines) + "\n"
+
+
+def sglang_service_node_key(text, kind="config"):
+    """The API key configured on a node, read from its ``--config`` YAML (``kind="config"``) or
+    from the EnvironmentFile of the older layout (``kind="env"``: ``SGLANG_API_KEY='...'``).
+    Empty string when the text holds none."""
+    text = text or ""
+    if kind == "env":
+        for line in text.splitlines():
+            match = re.match(r"^\s*SGLANG_API_KEY=(.*)$", line)
+            if match:
+                value = match.group(1).strip()
+                if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                    value = value[1:-1]
+                return value
+        return ""
+    if kind != "config":
+        raise AnsibleFilterError("sglang_service_node_key: kind must be config or env, got %r" % (kind,))
+    try:
+        import yaml
+        data = yaml.safe_load(text) if text.strip() else {}
+    except Exception as exc:  # a hand-edited file: say which, never echo its text
+        raise AnsibleFilterError("sglang_service_node_key: the --config file is not valid YAML (%s)"
+                                 % type(exc).__name__)
+    if not isinstance(data, dict):
+        return ""
+    for key in ("api-key", "api_key"):
+        if data.get(key) not in (None, ""):
+            return str(data[key])
+    return ""
 
 
 def _systemd_escape(text):
@@ -358,4 +525,9 @@ class FilterModule(object):
             "sglang_service_summary": sglang_service_summary,
             "sglang_systemd_exec": sglang_systemd_exec,
             "sglang_systemd_env": sglang_systemd_env,
+            "sglang_service_setting": sglang_service_setting,
+            "sglang_service_record": sglang_service_record,
+            "sglang_service_provenance_line": sglang_service_provenance_line,
+            "sglang_service_secrets_yaml": sglang_service_secrets_yaml,
+            "sglang_service_node_key": sglang_service_node_key,
         }

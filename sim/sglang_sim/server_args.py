@@ -392,6 +392,182 @@ def resolve(ns, gpu_mem_mib):
     return a, warnings
 
 
+# --------------------------------------------------------------------------- --config
+# A port of srt/utils/server_args_config_parser.py ConfigArgumentMerger, as
+# srt/server_args.py prepare_server_args uses it (same in 0.5.19): only the exact word
+# "--config" triggers it; its file's options are put *before* the rest of the command line, so
+# a flag given on the command line wins (argparse keeps the last value).
+
+
+class ConfigError(ValueError):
+    """What ConfigArgumentMerger raises (a ValueError ending prepare_server_args)."""
+
+
+def _config_keys(action):
+    # YAML keys may use any long spelling of a flag, not just the one matching dest.
+    return {action.dest} | {o[2:].replace("-", "_") for o in action.option_strings if o.startswith("--")}
+
+
+def _takes_one_value(action):
+    return isinstance(action, argparse._StoreAction) or action.nargs is None
+
+
+def _real_dest(action):
+    # The sim's stand-ins for unmodeled flags store under a prefixed dest; the release's keys
+    # are the plain field names.
+    dest = action.dest
+    return dest[len(IGNORED_PREFIX):] if dest.startswith(IGNORED_PREFIX) else dest
+
+
+def _merger_keys(parser):
+    """(store_true keys, unsupported keys) as ConfigArgumentMerger.__init__ computes them."""
+    def keys(action):
+        return {_real_dest(action)} | {o[2:].replace("-", "_") for o in action.option_strings
+                                       if o.startswith("--")}
+
+    store_true = set()
+    supported = []
+    for action in parser._actions:
+        # The sim registers store_true flags of the release as _StoreTrueAction; its deprecated
+        # switch (_DeprecatedStoreTrue) stands for the release's DeprecatedStoreTrueAction,
+        # which is not a _StoreTrueAction there either.
+        if isinstance(action, argparse._StoreTrueAction):
+            store_true |= keys(action)
+        if isinstance(action, argparse._StoreTrueAction) or _takes_one_value(action):
+            supported.append(action)
+    supported_keys = set()
+    for action in supported:
+        supported_keys |= keys(action)
+    unsupported = {}
+    for action in parser._actions:
+        if (action.option_strings and action not in supported
+                and "--config" not in action.option_strings
+                and "--help" not in action.option_strings and "-h" not in action.option_strings):
+            for key in keys(action):
+                if key not in supported_keys:
+                    unsupported[key] = action
+    return store_true, unsupported
+
+
+def _load_yaml(path):
+    """yaml.safe_load, as the release does. The sim's node venv may lack PyYAML (the sim has no
+    dependencies): then the subset a --config file of flat options uses is read here - JSON,
+    or ``key: value`` lines with JSON-quoted, single-quoted or plain scalars."""
+    with open(path, "r") as fh:
+        text = fh.read()
+    try:
+        import yaml
+    except ImportError:
+        return _load_flat_yaml(text, path)
+    return yaml.safe_load(text)
+
+
+_YAML_PLAIN = {"true": True, "True": True, "TRUE": True, "false": False, "False": False,
+               "FALSE": False, "null": None, "Null": None, "NULL": None, "~": None, "": None}
+
+
+def _plain_scalar(word):
+    if word in _YAML_PLAIN:
+        return _YAML_PLAIN[word]
+    for conv in (int, float):
+        try:
+            return conv(word)
+        except ValueError:
+            pass
+    return word
+
+
+def _load_flat_yaml(text, path):
+    stripped = text.strip()
+    if not stripped:
+        return None
+    if stripped.startswith("{"):
+        return json.loads(stripped)
+    out = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        body = line.strip()
+        if not body or body.startswith("#"):
+            continue
+        key, sep, rest = body.partition(":")
+        if not sep or line[:1].isspace():
+            raise ConfigError("sglang_sim reads flat 'key: value' --config files only without PyYAML; "
+                              "%s line %d is not one" % (path, number))
+        rest = rest.strip()
+        if rest.startswith('"'):
+            value, end = json.JSONDecoder().raw_decode(rest)
+            tail = rest[end:].strip()
+        elif rest.startswith("'"):
+            end = rest.index("'", 1)
+            while rest[end + 1:end + 2] == "'":
+                end = rest.index("'", end + 2)
+            value, tail = rest[1:end].replace("''", "'"), rest[end + 1:].strip()
+        else:
+            word, _, comment = rest.partition(" #")
+            value, tail = _plain_scalar(word.strip()), ""
+        if tail and not tail.startswith("#"):
+            raise ConfigError("%s line %d: unexpected text after the value" % (path, number))
+        out[key.strip()] = value
+    return out
+
+
+def merge_config(parser, argv):
+    """ConfigArgumentMerger.merge_config_with_args: argv with the --config file's options first."""
+    indices = [i for i, arg in enumerate(argv) if arg == "--config"]
+    if len(indices) > 1:
+        raise ConfigError("Multiple config files specified! Only one allowed.")
+    if not indices:
+        return list(argv)
+    index = indices[0]
+    if index == len(argv) - 1:
+        raise ConfigError("No config file specified after --config flag!")
+    path = argv[index + 1]
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in (".yaml", ".yml"):
+        raise ConfigError("Config file must be YAML format, got: %s" % suffix)
+    if not os.path.exists(path):
+        raise ConfigError("Config file not found: %s" % path)
+    data = _load_yaml(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("Config file must contain a dictionary at root level")
+    store_true, unsupported = _merger_keys(parser)
+    args = []
+    for key, value in data.items():
+        key_norm = key.replace("-", "_")
+        if key_norm in unsupported:
+            raise ConfigError("Unsupported config option '%s' with action '%s'"
+                              % (key_norm, unsupported[key_norm].__class__.__name__))
+        if isinstance(value, bool):
+            if key_norm in store_true:
+                if value:
+                    args.append("--%s" % key)
+            else:
+                args.extend(["--%s" % key, str(value).lower()])
+        elif isinstance(value, list):
+            if value:
+                args.append("--%s" % key)
+                args.extend(str(item) for item in value)
+        elif isinstance(value, dict):
+            args.extend(["--%s" % key, json.dumps(value)])
+        else:
+            args.extend(["--%s" % key, str(value)])
+    return args + argv[:index] + argv[index + 2:]
+
+
 def parse(argv=None):
-    """Parse like ``prepare_server_args``: argparse errors exit 2 with its message."""
-    return build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    """Parse like ``prepare_server_args``: a --config file is merged first (its errors end the
+    process with SGLang's traceback, exit 1); argparse errors exit 2 with its message."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if "--config" in argv:
+        try:
+            argv = merge_config(parser, argv)
+        except (ConfigError, OSError, ValueError) as exc:
+            sys.stderr.write("Traceback (most recent call last):\n"
+                             '  File "sglang/launch_server.py", in <module>\n'
+                             '  File "sglang/srt/server_args.py", in prepare_server_args\n'
+                             '  File "sglang/srt/utils/server_args_config_parser.py", in merge_config_with_args\n'
+                             "%s: %s\n" % ("ValueError" if isinstance(exc, ValueError) else type(exc).__name__, exc))
+            sys.exit(1)
+    return parser.parse_args(argv)

@@ -710,6 +710,38 @@ def parse_cmdline(argv, version=PINNED):
         raise ArgvRejected(argv, version, code, err.getvalue() or out.getvalue()) from None
 
 
+@functools.lru_cache(maxsize=None)
+def config_merger_class(version=PINNED):
+    """The release's own ``ConfigArgumentMerger`` (srt/utils/server_args_config_parser.py).
+
+    That module needs only the standard library and PyYAML (which Ansible brings), so it is
+    executed in full from the wheel, not rebuilt lazily.
+    """
+    name = "sglang/srt/utils/server_args_config_parser.py"
+    with zipfile.ZipFile(wheel_path(version)) as zf:
+        try:
+            source = zf.read(name).decode()
+        except KeyError:
+            raise SpecBuildError("sglang %s has no %s" % (version, name))
+    module = types.ModuleType("sglang_%s_server_args_config_parser" % version.replace(".", "_"))
+    module.__file__ = "%s!/%s" % (wheel_path(version), name)
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module.ConfigArgumentMerger
+
+
+def parse_server_argv(argv, version=PINNED):
+    """What ``prepare_server_args`` (srt/server_args.py) parses: a ``--config`` file merged by
+    the release's ConfigArgumentMerger first, then the release's parser.
+
+    Returns ``(namespace, merged_argv)``; raises ArgvRejected as parse_cmdline does, and the
+    merger's own ValueError for a config file the release refuses.
+    """
+    argv = [str(a) for a in argv]
+    if "--config" in argv:
+        argv = config_merger_class(version)(real_parser(version)).merge_config_with_args(argv)
+    return parse_cmdline(argv, version), argv
+
+
 def flag_names(version=PINNED):
     """Every option string sglang==version accepts verbatim (aliases included, -h/--help not)."""
     names = set()

@@ -15,7 +15,7 @@ LOGICAL = (
     "cuda_graph_max_bs max_running_requests context_length attention_backend "
     "speculative_algorithm speculative_num_steps speculative_eagle_topk "
     "speculative_num_draft_tokens speculative_draft_model_path enable_metrics "
-    "trust_remote_code disable_cuda_graph api_key"
+    "trust_remote_code disable_cuda_graph api_key config"
 ).split()
 
 # The release field that holds each logical setting, where it is not the same name:

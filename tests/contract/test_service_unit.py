@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import sglang_release
+from ansible_collections.blackwell.sglang.plugins.filter.service import sglang_service_secrets_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "service"
@@ -86,8 +87,18 @@ def exec_argv(unit_text):
     assert len(lines) == 1, unit_text
     words = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(lines[0][len("ExecStart="):])]
     assert words[1:3] == ["-m", "sglang.launch_server"], words[:3]
-    # systemd substitutes ${SGLANG_API_KEY} from the EnvironmentFile before exec.
-    return ["test-key" if w == "${SGLANG_API_KEY}" else w for w in words[3:]]
+    return words[3:]
+
+
+def with_config_file(argv, tmp_path, api_key):
+    """argv with its --config path pointing at the file the role writes for ``api_key``."""
+    if "--config" not in argv:
+        return argv
+    index = argv.index("--config")
+    assert argv[index + 1] == "/etc/sglang/qwen/secrets.yaml", argv
+    path = tmp_path / "secrets.yaml"
+    path.write_text(sglang_service_secrets_yaml(api_key, ["Ansible managed"]))
+    return argv[:index + 1] + [str(path)] + argv[index + 2:]
 
 
 MATRIX = [
@@ -104,7 +115,7 @@ MATRIX = [
                   "sglang_service_kv_cache_dtype": "fp8_e4m3", "sglang_service_trust_remote_code": True,
                   "sglang_service_host": "0.0.0.0", "sglang_service_port": 31000,
                   "sglang_service_served_model_name": "qwen 3.5 (prod)",
-                  "sglang_service_api_key": "k"}, id="everything"),
+                  "sglang_service_api_key": "te'st \"key\" #1: x\\y"}, id="everything"),
     pytest.param({"sglang_service_extra_args": ["--mamba-ssm-dtype", "bfloat16", "--reasoning-parser", "qwen3"]},
                  id="extra-args"),
 ]
@@ -112,11 +123,12 @@ MATRIX = [
 
 @pytest.mark.parametrize("version", sglang_release.SUPPORTED)
 @pytest.mark.parametrize("overrides", MATRIX)
-def test_rendered_unit_parses_with_release(render, sglang_parse, version, overrides):
+def test_rendered_unit_parses_with_release(render, sglang_parser_for, tmp_path, version, overrides):
     text = render(sglang_service_release=version, **overrides)
-    argv = exec_argv(text)
+    argv = with_config_file(exec_argv(text), tmp_path, overrides.get("sglang_service_api_key", ""))
     try:
-        ns = sglang_parse(argv, version=version)
+        sglang_parser_for(version)  # skips when the release wheel cannot be fetched
+        ns, _merged = sglang_release.parse_server_argv(argv, version)
     except sglang_release.ArgvRejected as exc:
         pytest.fail("sglang %s rejects the rendered ExecStart %r: %s" % (version, argv, exc))
     # The values SGLang will see are the ones the variables asked for.
@@ -143,16 +155,40 @@ def test_rendered_unit_parses_with_release(render, sglang_parse, version, overri
     if "sglang_service_mem_fraction_static" in overrides:
         assert ns.mem_fraction_static == pytest.approx(overrides["sglang_service_mem_fraction_static"])
         assert ns.served_model_name == "qwen 3.5 (prod)"
-        assert ns.api_key == "test-key"
+        assert ns.api_key == overrides["sglang_service_api_key"]
         assert ns.trust_remote_code is True
         assert ns.kv_cache_dtype == "fp8_e4m3"
 
 
-def test_api_key_is_never_in_the_unit(render):
-    text = render(sglang_service_api_key="super-secret-value")
-    assert "super-secret-value" not in text
-    assert "EnvironmentFile=/etc/sglang/qwen.env" in text
-    assert "--api-key ${SGLANG_API_KEY}" in text
+@pytest.mark.parametrize("version", sglang_release.SUPPORTED)
+def test_api_key_reaches_sglang_through_config_not_argv(render, sglang_parser_for, tmp_path, version):
+    key = "super-secret-value"
+    text = render(sglang_service_release=version, sglang_service_api_key=key)
+    assert key not in text
+    assert "EnvironmentFile" not in text
+    argv = exec_argv(text)
+    assert key not in " ".join(argv) and "--api-key" not in argv
+    # Exactly the word --config: the release merges the file only then ("--config=PATH" would be
+    # accepted by argparse and silently ignored).
+    assert argv.count("--config") == 1 and not any(w.startswith("--config=") for w in argv)
+    sglang_parser_for(version)  # skips when the release wheel cannot be fetched
+    ns, merged = sglang_release.parse_server_argv(with_config_file(argv, tmp_path, key), version)
+    assert ns.api_key == key
+    assert merged[:2] == ["--api-key", key]  # the file's options come first: a CLI flag still wins
+    assert ns.speculative_num_steps == 3 and ns.tp_size == 4
+
+
+@pytest.mark.parametrize("version", sglang_release.SUPPORTED)
+def test_without_a_key_the_unit_has_no_config(render, version):
+    argv = exec_argv(render(sglang_service_release=version))
+    assert "--config" not in argv and "--api-key" not in argv
+
+
+def test_release_refuses_a_config_file_with_another_suffix(real_sglang_parser, tmp_path):
+    path = tmp_path / "secrets.env"
+    path.write_text("api-key: x\n")
+    with pytest.raises(ValueError, match="must be YAML"):
+        sglang_release.parse_server_argv(["--model-path", "m", "--config", str(path)])
 
 
 def test_old_cuda_graph_flag_is_rejected_by_pinned_release(sglang_parse):

@@ -32,6 +32,7 @@ FLAGS = {
     "speculative_draft_model_path": "--speculative-draft-model-path",
     "trust_remote_code": "--trust-remote-code",
     "api_key": "--api-key",
+    "config": "--config",
 }
 
 
@@ -54,7 +55,7 @@ def base(**over):
         "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": None,
         "speculative_draft_model_path": None,
-        "api_key_env": None,
+        "config_file": None,
         "extra_args": [],
     }
     settings.update(over)
@@ -96,7 +97,7 @@ def test_unset_settings_are_not_rendered():
 def test_all_settings_rendered_with_release_spelling():
     argv = f.sglang_service_args(base(mem_fraction_static=0.85, cuda_graph_max_bs=512, max_running_requests=32,
                                       context_length="32k", attention_backend="flashinfer",
-                                      trust_remote_code=True, api_key_env="SGLANG_API_KEY",
+                                      trust_remote_code=True, config_file="/etc/sglang/qwen/secrets.yaml",
                                       extra_args=["--mamba-ssm-dtype", "bfloat16"]), FLAGS)
     got = pairs(argv)
     assert got["--mem-fraction-static"] == "0.85"
@@ -106,7 +107,8 @@ def test_all_settings_rendered_with_release_spelling():
     assert got["--context-length"] == "32k"
     assert got["--attention-backend"] == "flashinfer"
     assert got["--trust-remote-code"] is True
-    assert got["--api-key"] == "${SGLANG_API_KEY}"
+    assert got["--config"] == "/etc/sglang/qwen/secrets.yaml"
+    assert "--api-key" not in argv  # the key itself stays out of argv
     assert argv[-2:] == ["--mamba-ssm-dtype", "bfloat16"]
 
 
@@ -177,7 +179,8 @@ def test_spec_auto_leaves_all_three_unset():
     ({"model_path": ""}, "model_path must be set"),
     ({"context_length": "lots"}, "context_length must be"),
     ({"extra_args": "--foo bar"}, "extra_args must be a list"),
-    ({"api_key_env": "not a name"}, "api_key_env must be"),
+    ({"config_file": "secrets.yaml"}, "config_file must be an absolute path ending in .yaml"),
+    ({"config_file": "/etc/sglang/qwen.env"}, "config_file must be an absolute path ending in .yaml"),
     ({"kv_cache_dtype": "fp9"}, "kv_cache_dtype must be one of auto, fp8_e5m2"),
     ({"attention_backend": "fa9"}, "attention_backend must be one of triton"),
 ])
@@ -260,11 +263,127 @@ def test_real_release_map_covers_what_the_role_renders():
     for version, flags in releases.items():
         argv = f.sglang_service_args(base(mem_fraction_static=0.8, cuda_graph_max_bs=16, max_running_requests=8,
                                           context_length=4096, attention_backend="triton", trust_remote_code=True,
-                                          api_key_env="SGLANG_API_KEY", speculative_draft_model_path="/d"), flags)
+                                          config_file="/etc/s.yaml", speculative_draft_model_path="/d"), flags)
         assert "--cuda-graph-max-bs-decode" in argv, version
 
 
 def test_filter_module_exports():
     names = f.FilterModule().filters()
     assert set(names) >= {"sglang_service_args", "sglang_service_spec", "sglang_service_problems",
-                          "sglang_service_summary", "sglang_systemd_exec", "sglang_systemd_env"}
+                          "sglang_service_summary", "sglang_systemd_exec", "sglang_systemd_env",
+                          "sglang_service_setting", "sglang_service_record", "sglang_service_provenance_line",
+                          "sglang_service_secrets_yaml", "sglang_service_node_key"}
+
+
+# --------------------------------------------------------------------------- the node's record
+
+DEFAULTS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": None, "speculative_draft_model_path": None,
+            "cuda_graph_max_bs": None, "max_running_requests": None}
+NOT_GIVEN = dict((k, None) for k in DEFAULTS)
+TUNED = {"schema": 1, "release": "0.5.23",
+         "setting": {"speculative_algorithm": "NEXTN", "speculative_num_steps": 4, "speculative_eagle_topk": 1,
+                     "speculative_num_draft_tokens": 5, "speculative_draft_model_path": None,
+                     "cuda_graph_max_bs": 256, "max_running_requests": None},
+         "provenance": {"by": "mtp_tune", "run": "r1", "at": "2026-05-01T10:00:00Z", "why": "latency"}}
+
+
+def given(**over):
+    out = dict(NOT_GIVEN)
+    out.update(over)
+    return out
+
+
+def test_setting_precedence_variable_then_record_then_defaults():
+    # Nothing given: the record decides (install.yml after a tune keeps steps 4 and its override).
+    out = f.sglang_service_setting(given(), TUNED, DEFAULTS)
+    assert out["setting"]["speculative_num_steps"] == 4 and out["setting"]["cuda_graph_max_bs"] == 256
+    assert out["sources"]["speculative_num_steps"] == "node"
+    # No record: the defaults.
+    out = f.sglang_service_setting(given(), None, DEFAULTS)
+    assert out["setting"]["speculative_num_steps"] == 3 and out["sources"]["speculative_num_steps"] == "default"
+    # A variable wins over both, extra-vars strings included.
+    out = f.sglang_service_setting(given(speculative_num_steps="5", max_running_requests="32"), TUNED, DEFAULTS)
+    assert out["setting"]["speculative_num_steps"] == 5 and out["sources"]["speculative_num_steps"] == "variable"
+    assert out["setting"]["max_running_requests"] == 32
+    # Speculation off is a choice, not "not given".
+    out = f.sglang_service_setting(given(speculative_algorithm=""), TUNED, DEFAULTS)
+    assert out["setting"]["speculative_algorithm"] == ""
+
+
+def test_setting_new_steps_never_inherit_old_draft_tokens():
+    out = f.sglang_service_setting(given(speculative_num_steps=6), TUNED, DEFAULTS)["setting"]
+    assert out["speculative_num_steps"] == 6
+    assert out["speculative_num_draft_tokens"] is None  # derived (7), not the record's 5
+    assert f.sglang_service_spec(out)["speculative_num_draft_tokens"] == 7
+    # A given member that agrees with the record keeps the rest of the record's decision.
+    out = f.sglang_service_setting(given(speculative_eagle_topk=1), TUNED, DEFAULTS)["setting"]
+    assert out["speculative_num_steps"] == 4 and out["speculative_num_draft_tokens"] == 5
+
+
+def test_setting_record_use_off_and_bad_input():
+    out = f.sglang_service_setting(given(), {}, DEFAULTS)
+    assert out["setting"]["speculative_num_steps"] == 3
+    with pytest.raises(f.AnsibleFilterError, match="given must be a dict"):
+        f.sglang_service_setting("steps=4", TUNED, DEFAULTS)
+
+
+def test_record_kept_with_its_provenance_when_the_setting_is_the_same():
+    same = dict(TUNED["setting"], speculative_num_draft_tokens=None, speculative_algorithm="nextn")
+    out = f.sglang_service_record(same, TUNED, "0.5.23", {"by": "rollout", "run": "x"}, "2026-06-01T00:00:00Z")
+    assert not out["changed"] and not out["setting_changed"]
+    assert out["record"]["provenance"] == TUNED["provenance"]
+    # A release change is noted without making it a new decision.
+    out = f.sglang_service_record(same, TUNED, "0.5.24", {"by": "rollout"}, "later")
+    assert out["changed"] and not out["setting_changed"]
+    assert out["record"]["release"] == "0.5.24" and out["record"]["provenance"]["by"] == "mtp_tune"
+
+
+def test_record_new_setting_names_who_when_why_and_keeps_the_previous():
+    new = dict(TUNED["setting"], speculative_num_steps=5, speculative_num_draft_tokens=None, cuda_graph_max_bs=None)
+    out = f.sglang_service_record(new, TUNED, "0.5.23", {"by": "rollout", "run": "r9", "why": "steps=5", "x": ""},
+                                  "2026-06-01T00:00:00Z")
+    rec = out["record"]
+    assert out["changed"] and out["setting_changed"]
+    assert rec["setting"]["speculative_num_steps"] == 5 and rec["setting"]["speculative_num_draft_tokens"] == 6
+    assert rec["provenance"] == {"by": "rollout", "run": "r9", "why": "steps=5", "at": "2026-06-01T00:00:00Z"}
+    assert rec["previous"]["provenance"]["by"] == "mtp_tune"
+    assert "previous" not in f.sglang_service_record(new, None, "0.5.23", None, "t")["record"]
+    assert f.sglang_service_record(new, None, "0.5.23", None, "t")["record"]["provenance"]["by"] == "service"
+    off = f.sglang_service_record(dict(new, speculative_algorithm=""), None, "0.5.23", None, "t")["record"]
+    assert off["setting"]["speculative_algorithm"] is None and off["setting"]["speculative_num_steps"] is None
+    with pytest.raises(f.AnsibleFilterError, match="provenance must be a dict"):
+        f.sglang_service_record(new, None, "0.5.23", "me", "t")
+
+
+def test_provenance_line_is_one_line():
+    line = f.sglang_service_provenance_line({"provenance": {"by": "rollout", "run": "r1", "at": "T", "why": "a\nb"}})
+    assert line == "rollout r1 at T: a b"
+    assert f.sglang_service_provenance_line({}) == ""
+
+
+@pytest.mark.parametrize("key", ["plain", "12345", "true", "with 'quotes' and \"double\"", "back\\slash #x: y",
+                                 "ünïcödé", "null"])
+def test_secrets_yaml_reads_back_verbatim(key):
+    text = f.sglang_service_secrets_yaml(key, ["managed"])
+    assert text.startswith("# managed\n")
+    assert yaml.safe_load(text) == {"api-key": key}
+    assert f.sglang_service_node_key(text) == key
+
+
+def test_secrets_yaml_refuses_an_empty_key():
+    with pytest.raises(f.AnsibleFilterError, match="empty"):
+        f.sglang_service_secrets_yaml("")
+
+
+def test_node_key_from_each_layout():
+    assert f.sglang_service_node_key("SGLANG_API_KEY='old-key'\n", "env") == "old-key"
+    assert f.sglang_service_node_key("# x\nSGLANG_API_KEY=bare\n", "env") == "bare"
+    assert f.sglang_service_node_key("OTHER=1\n", "env") == ""
+    assert f.sglang_service_node_key("") == ""
+    assert f.sglang_service_node_key("- a list\n") == ""
+    with pytest.raises(f.AnsibleFilterError, match="not valid YAML") as exc:
+        f.sglang_service_node_key("api-key: [unclosed-secret")
+    assert "unclosed-secret" not in str(exc.value)
+    with pytest.raises(f.AnsibleFilterError, match="kind must be"):
+        f.sglang_service_node_key("x", "ini")
