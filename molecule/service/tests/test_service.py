@@ -6,7 +6,8 @@ import json
 import pytest
 
 UNIT = "/etc/systemd/system/sglang-qwen.service"
-ENV_FILE = "/etc/sglang/qwen.env"
+SECRETS = "/etc/sglang/qwen/secrets.yaml"
+RECORD = "/etc/sglang/qwen/setting.json"
 KEY = "molecule-test-key-not-secret"
 
 
@@ -29,7 +30,7 @@ def test_unit_runs_steps3_with_release_flags(host):
     exec_line = [line for line in content.splitlines() if line.startswith("ExecStart=")][0]
     assert exec_line.startswith("ExecStart=/opt/sglang/venv/bin/python -m sglang_sim.launch_server ")
     for words in ("--speculative-num-steps 3", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 4",
-                  "--speculative-algorithm NEXTN", "--tp-size 4", "--port 30000", "--api-key ${SGLANG_API_KEY}"):
+                  "--speculative-algorithm NEXTN", "--tp-size 4", "--port 30000", "--config %s" % SECRETS):
         assert words in exec_line, words
     # The side effect's steps=10 try rendered these; the final unit must not keep them.
     assert "--cuda-graph-max-bs" not in exec_line
@@ -42,14 +43,26 @@ def test_unit_runs_steps3_with_release_flags(host):
     assert settings["max_running_requests_effective"] == 48
 
 
-def test_api_key_only_in_the_environment_file(host):
-    assert KEY not in host.file(UNIT).content_string
-    env = host.file(ENV_FILE)
-    assert env.exists
-    assert env.user == "root" and env.group == "root"
-    assert env.mode == 0o600
-    assert env.content_string.strip() == "SGLANG_API_KEY='%s'" % KEY
-    assert "EnvironmentFile=%s" % ENV_FILE in host.file(UNIT).content_string
+def test_api_key_only_in_the_config_file(host):
+    unit = host.file(UNIT).content_string
+    assert KEY not in unit and "--api-key" not in unit and "EnvironmentFile" not in unit
+    secrets = host.file(SECRETS)
+    assert secrets.exists
+    assert secrets.user == "root" and secrets.group == "sglang"
+    assert secrets.mode == 0o640
+    assert 'api-key: "%s"' % KEY in secrets.content_string
+    assert host.file("/etc/sglang/qwen").mode == 0o750
+    assert not host.file("/etc/sglang/qwen.env").exists
+
+
+def test_record_names_the_serving_setting(host):
+    record = json.loads(host.file(RECORD).content_string)
+    assert record["setting"]["speculative_num_steps"] == 3
+    assert record["setting"]["speculative_num_draft_tokens"] == 4
+    assert record["provenance"]["by"] == "service"
+    # The side effect's steps=10 never became ready, so it was never recorded.
+    assert record["previous"]["setting"]["speculative_num_steps"] == 4
+    assert host.file(RECORD).mode == 0o644
 
 
 def test_previous_unit_kept_for_rollback(host):

@@ -117,3 +117,58 @@ def test_no_speculation_leaves_mrr_unset():
     assert args["speculative_algorithm"] is None
     assert args["max_running_requests"] is None
     assert args["served_model_name"] == "Qwen/Qwen3.5-122B-A10B"
+
+
+# --config, as srt/server_args.py prepare_server_args merges it (ConfigArgumentMerger).
+
+def _config(tmp_path, text, name="secrets.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_file_options_come_first_so_the_command_line_wins(tmp_path):
+    path = _config(tmp_path, '# managed\napi-key: "k\'e\\"y #1"\ntp-size: 2\ntrust-remote-code: true\n')
+    ns = server_args.parse(BASE + ["--config", path, "--tp-size", "4"])
+    assert ns.api_key == 'k\'e"y #1'
+    assert ns.tp_size == 4
+    assert ns.trust_remote_code is True
+
+
+def test_config_merge_matches_the_release_argv(tmp_path):
+    path = _config(tmp_path, "api_key: abc\nenable-metrics: false\nmax-running-requests: 8\n")
+    merged = server_args.merge_config(server_args.build_parser(), BASE + ["--config", path, "--port", "1"])
+    # store_true false -> left out; the rest "--key value", in file order, before the CLI.
+    assert merged == ["--api_key", "abc", "--max-running-requests", "8"] + BASE + ["--port", "1"]
+
+
+def test_flat_reader_without_pyyaml_agrees_with_yaml(tmp_path):
+    import yaml
+    text = ("# c\napi-key: \"a\\\\b\\\"c\"\nport: 31000\nhost: '0.0.0.0'\nlog-level: info # x\n"
+            "enable-metrics: true\nchunked-prefill-size: null\n")
+    assert server_args._load_flat_yaml(text, "f.yaml") == yaml.safe_load(text)
+    assert server_args._load_flat_yaml('{"api-key": "x"}', "f.yaml") == {"api-key": "x"}
+
+
+@pytest.mark.parametrize("argv_tail,text,name,needle", [
+    (["--config"], None, None, "No config file specified after --config flag!"),
+    (["--config", "/nonexistent/x.yaml"], None, None, "Config file not found: /nonexistent/x.yaml"),
+    (["--config", "{path}"], "api-key: x\n", "secrets.env", "Config file must be YAML format, got: .env"),
+    (["--config", "{path}"], "- a\n- b\n", "s.yaml", "Config file must contain a dictionary at root level"),
+    (["--config", "{path}", "--config", "{path}"], "a: 1\n", "s.yaml", "Multiple config files specified!"),
+])
+def test_config_errors_end_like_the_release(tmp_path, capsys, argv_tail, text, name, needle):
+    path = _config(tmp_path, text, name) if text is not None else ""
+    with pytest.raises(SystemExit) as exc:
+        server_args.parse(BASE + [w.replace("{path}", path) for w in argv_tail])
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "ValueError: " + needle in err
+    assert "in prepare_server_args" in err
+
+
+def test_config_equals_form_is_not_merged(tmp_path):
+    # The release only merges the exact word "--config"; "--config=PATH" parses and does nothing.
+    path = _config(tmp_path, "api-key: x\n")
+    ns = server_args.parse(BASE + ["--config=" + path])
+    assert ns.api_key is None

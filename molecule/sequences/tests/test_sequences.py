@@ -1,0 +1,41 @@
+"""The node after the sequences scenario: the key given last guards the server through the
+SGLang --config file only, and the record still names the tuning run's winner."""
+
+import json
+
+KEY = "sequences-new-key"
+SECRETS = "/etc/sglang/qwen/secrets.yaml"
+RECORD = "/etc/sglang/qwen/setting.json"
+UNIT = "/etc/systemd/system/sglang-qwen.service"
+
+
+def test_key_only_in_the_config_file(host):
+    unit = host.file(UNIT).content_string
+    assert KEY not in unit and "--api-key" not in unit and "EnvironmentFile" not in unit
+    assert "--config %s" % SECRETS in unit
+    secrets = host.file(SECRETS)
+    assert (secrets.user, secrets.group, secrets.mode) == ("root", "sglang", 0o640)
+    assert not host.file("/etc/sglang/qwen.env").exists
+
+
+def test_no_process_shows_the_key(host):
+    pids = host.run("ps -eo pid= -o args=").stdout
+    assert "--config %s" % SECRETS in pids
+    assert KEY not in pids
+    # What any user can read: ps shows every command line.
+    out = host.run("runuser -u nobody -- ps -eo args=")
+    assert out.rc == 0 and "sglang_sim.launch_server" in out.stdout and KEY not in out.stdout
+
+
+def test_nobody_cannot_read_the_config_file(host):
+    out = host.run("runuser -u nobody -- cat %s", SECRETS)
+    assert out.rc != 0 and "Permission denied" in out.stderr
+
+
+def test_record_names_the_tuning_winner(host):
+    record = json.loads(host.file(RECORD).content_string)
+    assert record["provenance"]["by"] == "mtp_tune"
+    assert record["setting"]["speculative_num_steps"] in (1, 5)
+    unit = host.file(UNIT).content_string
+    assert "--speculative-num-steps %d " % record["setting"]["speculative_num_steps"] in unit
+    assert "# sglang-chosen-by: mtp_tune sequences at %s" % record["provenance"]["at"] in unit
