@@ -44,7 +44,6 @@ notes:
     never silently replaced.
   - Unit fields are empty when C(systemctl) is missing or the unit is not installed.
 seealso:
-  - role: blackwell.sglang.service
   - module: blackwell.sglang.sglang_service_wait
 author:
   - blackwell.sglang maintainers (@blackwell)
@@ -250,13 +249,13 @@ def parse_show(text):
 
 
 def unit_state(module, unit_name):
-    empty = dict((key, None) for _, key in _PROPS if key != "load_state")
+    empty = dict((key, None) for _prop, key in _PROPS if key != "load_state")
     empty["installed"] = False
     systemctl = module.get_bin_path("systemctl")
     if not systemctl:
         return empty
     argv = [systemctl, "show", unit_name, "--no-pager"]
-    for prop, _ in _PROPS:
+    for prop, _key in _PROPS:
         argv += ["-p", prop]
     rc, out, _err = module.run_command(argv)
     if rc != 0:

@@ -502,7 +502,7 @@ def _load_flat_yaml(text, path):
                 end = rest.index("'", end + 2)
             value, tail = rest[1:end].replace("''", "'"), rest[end + 1:].strip()
         else:
-            word, _, comment = rest.partition(" #")
+            word = rest.partition(" #")[0]
             value, tail = _plain_scalar(word.strip()), ""
         if tail and not tail.startswith("#"):
             raise ConfigError("%s line %d: unexpected text after the value" % (path, number))
