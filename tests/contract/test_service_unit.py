@@ -203,3 +203,18 @@ def test_unit_comment_lines_stay_comments(render):
     assert "# mtp_tune: steps 3 chosen ExecStart=/bin/false" in lines
     assert "# second" in lines
     assert len([line for line in lines if line.startswith("ExecStart=")]) == 1
+
+
+def test_provenance_from_the_record_stays_comments(render):
+    record = {"setting": {}, "provenance": {"by": "rollout", "run": "r1", "at": "T",
+                                            "why": "a\nExecStart=/bin/false",
+                                            "comment": ["mtp_tune r1: steps 4\n[Service]", "second"]}}
+    text = render(_sglang_service_record_next={"record": record, "changed": True})
+    lines = text.splitlines()
+    assert "# sglang-chosen-by: rollout r1 at T: a ExecStart=/bin/false" in lines
+    assert "# mtp_tune r1: steps 4 [Service]" in lines and "# second" in lines
+    assert len([line for line in lines if line.startswith("ExecStart=")]) == 1
+    assert lines.count("[Service]") == 1
+    # A measurement run (record_write false) renders no provenance.
+    text = render(_sglang_service_record_next={"record": record, "changed": True}, sglang_service_record_write=False)
+    assert "sglang-chosen-by" not in text and "mtp_tune r1" not in text
