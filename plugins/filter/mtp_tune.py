@@ -36,10 +36,11 @@ except ImportError:  # pragma: no cover - ansible is always present where filter
 
 OBJECTIVES = ("latency", "throughput", "slo")
 STRATEGIES = ("sweep", "adaptive")
-# Failure classes (sglang_service_wait's names) whose cause shrinks with a smaller CUDA-graph
-# batch / fewer running requests; only those are worth a fit-retry (bad_args, port_in_use or a
-# timeout would fail the same way again).
-DEFAULT_FIT_CLASSES = ("oom_kv_cache", "cuda_graph_capture", "cuda_oom")
+# Failure classes (sglang_service_wait's names) whose cause shrinks with fewer running requests
+# (the hybrid state pool, the budget it leaves) or a smaller CUDA-graph batch (capture); only
+# those are worth a fit-retry (bad_args, port_in_use, no_gpu or a timeout would fail the same way
+# again).
+DEFAULT_FIT_CLASSES = ("oom_weights", "oom_hybrid_state", "oom_kv_cache", "cuda_graph_capture", "cuda_oom")
 
 
 # --------------------------------------------------------------------------- helpers
