@@ -1,6 +1,6 @@
 """The node and the controller after the tune scenario: the latency winner (steps 4) serves with a
-comment saying when and why, the report is complete and tells the steps=10 story (OOM at init,
-fit at a smaller CUDA-graph batch), a re-run relaunched nothing, a corrupt results file was kept
+comment saying when and why, the report is complete and tells the steps=10 story (no KV budget at
+init with the radix cache off, fit with fewer running requests), a re-run relaunched nothing, a corrupt results file was kept
 aside, and no process but the final server holds a (fake) GPU."""
 
 import csv
@@ -33,8 +33,9 @@ def test_winner_is_in_the_final_unit_with_a_comment(host):
     exec_line = _exec_line(host)
     for words in ("--speculative-num-steps 4", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 5"):
         assert words in exec_line, words
-    # the fit-retry's smaller CUDA-graph batch belonged to steps 10 only
-    assert "--cuda-graph-max-bs" not in exec_line
+    # the fit-retry's smaller request pool and graph batch belonged to steps 10 only
+    assert "--cuda-graph-max-bs" not in exec_line and "--max-running-requests" not in exec_line
+    assert "--disable-radix-cache" in exec_line
     comments = [line for line in host.file(UNIT).content_string.splitlines() if line.startswith("# mtp_tune ")]
     assert len(comments) == 1
     assert "steps 4 (topk 1, 5 draft tokens) chosen 20" in comments[0] and "for latency" in comments[0]
@@ -44,12 +45,12 @@ def test_winner_is_in_the_final_unit_with_a_comment(host):
 def test_results_tell_the_whole_story(host):
     doc = _results(host)
     attempts = doc["attempts"]
-    keys = [(a["key"], a["status"], (a.get("overrides") or {}).get("cuda_graph_max_bs")) for a in attempts]
+    keys = [(a["key"], a["status"], (a.get("overrides") or {}).get("max_running_requests")) for a in attempts]
     assert keys == [("s3-k1-d4", "ok", None), ("s4-k1-d5", "ok", None), ("s5-k1-d6", "ok", None),
-                    ("s10-k1-d11", "failed", None), ("s10-k1-d11", "ok", 256)]
+                    ("s10-k1-d11", "failed", None), ("s10-k1-d11", "ok", 24)]
     oom = attempts[3]
-    assert oom["failure_class"] == "oom_kv_cache"
-    assert any("Not enough memory" in line for line in oom["journal_tail"])
+    assert oom["failure_class"] == "oom_weights"
+    assert any("Loaded weights leave no GPU memory" in line for line in oom["journal_tail"])
     for att in attempts:
         assert att["timings"]["launch_s"] > 0 and att["timings"]["started"]
         if att["status"] == "ok":
@@ -72,7 +73,8 @@ def test_report_files(host):
     assert len(rows) == 4 * 2 + 1
     with open(os.path.join(d, "summary.md")) as fh:
         md = fh.read()
-    assert "**4 (5)** (winner)" in md and "failed: oom_kv_cache" in md and "10 (11) [graph bs 256]" in md
+    assert "**4 (5)** (winner)" in md and "failed: oom_weights" in md
+    assert "10 (11) [graph bs 24, max req 24]" in md
     try:
         import matplotlib  # noqa: F401
     except ImportError:
