@@ -164,8 +164,8 @@ def capture_sizes(decode_bs, req_pool_size):
 
 def _oom_text(tried_mib, index, total_mib, free_mib, in_use_mib=None):
     msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
-           "%.2f GiB of which %.2f GiB is free." % (tried_mib / 1024, index, total_mib / 1024,
-                                                      max(free_mib, 0) / 1024))
+           "%.2f GiB of which %.2f GiB is free."
+           % (tried_mib / 1024, index, total_mib / 1024, max(free_mib, 0) / 1024))
     if in_use_mib is not None:
         msg += (" Including non-PyTorch memory, this process has %.2f GiB memory in use."
                 % (in_use_mib / 1024))

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What the simulator says happens at start, per speculative step count, now and before its
 memory model followed SGLang 0.5.23's code.
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The operator's table measured end to end on the simulator: per-request tok/s at C=1 and
 aggregate tok/s at C=16/C=32 for steps 1, 3, 4, 5, with the project's own benchmark client
 (plugins/module_utils/sglang_client.py), next to the operator's figures and perf.py's
