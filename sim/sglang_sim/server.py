@@ -690,11 +690,7 @@ class Server(object):
         sp = {"max_new_tokens": max_new, "temperature": float(obj.get("temperature", 1.0)),
               "top_p": float(obj.get("top_p", 1.0)), "n": obj.get("n", 1)}
         ignore_eos = bool(obj.get("ignore_eos", False))
-        # utils.py should_include_usage: include_usage from stream_options (the server's
-        # default is off); continuous_usage_stats fills usage on every chunk.
-        so = so or {}
-        include_usage = bool(so.get("include_usage"))
-        continuous = bool(so.get("continuous_usage_stats"))
+        include_usage, continuous = should_include_usage(so)
         return model, sp, ignore_eos, bool(obj.get("stream", False)), include_usage, continuous
 
     @staticmethod
@@ -865,6 +861,15 @@ class Server(object):
                                           "created": created, "model": model, "choices": [],
                                           "usage": self._usage(req)}) + b"\n\n")
         return out
+
+
+def should_include_usage(stream_options, default_include_usage=False):
+    """entrypoints/openai/utils.py should_include_usage: (include_usage, continuous_usage_stats).
+    The server's default (--stream-response-default-include-usage) is off."""
+    if stream_options:
+        return (bool(stream_options.get("include_usage") or default_include_usage),
+                bool(stream_options.get("continuous_usage_stats")))
+    return default_include_usage, False
 
 
 def _is_int(v):
