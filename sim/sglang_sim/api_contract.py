@@ -203,7 +203,8 @@ _SP_CHECKS = {
 
 
 def decode_sampling_params(value):
-    """api_types.py decode_SamplingParams: the params with defaults applied, or ContractError."""
+    """api_types.py decode_SamplingParams: the params with defaults applied, or ContractError.
+    An explicit null max_new_tokens stays None (no limit but the context), as in 0.5.23."""
     m = _map(value, "struct SamplingParams")
     out = dict(SAMPLING_PARAMS_DEFAULTS)
     for key, x in m.items():
@@ -211,8 +212,6 @@ def decode_sampling_params(value):
         if check is None:
             raise unknown_field(key, SAMPLING_PARAMS_FIELDS)
         out[key] = check(x)
-    if out.get("max_new_tokens") is None:
-        out["max_new_tokens"] = None  # null: no limit of its own (SamplingParams keeps None)
     return out
 
 

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import time
-import uuid
 from http import HTTPStatus
 
 from sglang_sim import SGLANG_VERSION, _proc, api_contract, tokenizer
