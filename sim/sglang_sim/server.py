@@ -301,7 +301,7 @@ class Server(object):
         # args, then topology, memory_usage (memory_usage.py build_memory_usage) and, with
         # speculation, avg_spec_accept_length only once a verify ran (_average_accept_length
         # is None before, and None is left out).
-        state = {k: v for k, v in info.items()}
+        state = dict(info)
         state.update({
             "world_size": self.args.get("tp_size") or 1,
             "startup_time": self.startup_time,
@@ -606,7 +606,7 @@ class Server(object):
         contract_error = api_contract.generate_contract_error(obj)
         if contract_error is not None:
             raise HTTPError(400, _json({"error": contract_error}))
-        stream = bool(obj.get("stream") or False)
+        stream = bool(obj.get("stream"))
         try:
             ids, max_new, temperature, ignore_eos, rid = self._generate_args(obj)
         except ValueError as exc:
@@ -676,11 +676,11 @@ class Server(object):
         for field, kind, ok in (
                 ("max_tokens", "integer", lambda v: v is None or _is_int(v)),
                 ("max_completion_tokens", "integer", lambda v: v is None or _is_int(v)),
-                ("temperature", "number", lambda v: _is_num(v)),
-                ("top_p", "number", lambda v: _is_num(v)),
+                ("temperature", "number", _is_num),
+                ("top_p", "number", _is_num),
                 ("ignore_eos", "boolean", lambda v: isinstance(v, bool)),
                 ("stream", "boolean", lambda v: isinstance(v, bool)),
-                ("n", "integer", lambda v: _is_int(v))):
+                ("n", "integer", _is_int)):
             if field in obj and not ok(obj[field]):
                 raise self._oai_field_error(obj, field, kind)
         so = obj.get("stream_options")

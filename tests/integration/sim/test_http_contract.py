@@ -28,8 +28,8 @@ RESERVED = 4  # managers/utils.py compute_num_reserved_tokens: max(topk*steps, d
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
-    s = Sim(tmp_path_factory.mktemp("http"), SPEC3 + ["--context-length", str(CTX),
-                                                       "--enable-metrics"],
+    args = SPEC3 + ["--context-length", str(CTX), "--enable-metrics"]
+    s = Sim(tmp_path_factory.mktemp("http"), args,
             {"SGLANG_SIM_TIME_SCALE": "0.05", "SGLANG_SIM_LOAD_SECONDS": "1"})
     try:
         yield s.wait_ready()
