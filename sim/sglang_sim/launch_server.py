@@ -298,7 +298,7 @@ class Launcher(object):
         from sglang_sim.scheduler import Request
         from sglang_sim import tokenizer
         ids = tokenizer.encode("The capital city of France is")
-        req = Request(self.sched.new_rid(), ids, 8, False, 0.0, True, self.sched.seed,
+        req = Request(self.sched.new_rid(), ids, 8, False, 0.0, self.sched.seed,
                       log_metrics=False, steps=self.sched.steps)
         self.sched.submit(req)
         await req.done

@@ -50,7 +50,7 @@ class Request(object):
         "sink", "done", "rng", "log_metrics", "cached_tokens", "stop_ids", "aborted", "streaming",
     )
 
-    def __init__(self, rid, input_ids, max_new, ignore_eos, temperature, realistic,
+    def __init__(self, rid, input_ids, max_new, ignore_eos, temperature,
                  seed, sink=None, log_metrics=True, steps=0, stop_ids=()):
         self.rid = rid
         self.input_ids = input_ids
@@ -58,7 +58,7 @@ class Request(object):
         self.max_new = max_new
         self.ignore_eos = ignore_eos
         self.temperature = temperature
-        self.alpha = perf.acceptance_alpha(temperature, realistic)
+        self.alpha = perf.acceptance_alpha(temperature, ignore_eos)
         self.rng = random.Random("%s/%s" % (seed, rid))
         # Without ignore_eos the fake model ends its answer at a drawn length.
         self.natural_len = None if ignore_eos else self.rng.randint(24, 480)

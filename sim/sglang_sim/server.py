@@ -13,14 +13,19 @@ import json
 import math
 import os
 import time
-import uuid
 from http import HTTPStatus
 
-from sglang_sim import SGLANG_VERSION, _proc, perf, tokenizer
+from sglang_sim import SGLANG_VERSION, _proc, api_contract, tokenizer
 from sglang_sim.scheduler import Request
 
 HEALTH_CHECK_TIMEOUT = 20.0
+GRAPH_MEMORY_USAGE_KEYS = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                           "draft_extend")
+# entrypoints/openai/protocol.py DEFAULT_MODEL_NAME: `model` is optional and echoed back.
+DEFAULT_MODEL_NAME = "default"
 MAX_BODY = 64 * 1024 * 1024
+# uvicorn's answer to a request h11 cannot parse (protocols/http/h11_impl.py send_400_response)
+_BAD_HTTP = b"Invalid HTTP request received."
 _AUTH_EXEMPT = ("/health", "/health_generate", "/ready", "/metrics")
 
 
@@ -85,7 +90,7 @@ class Server(object):
                 try:
                     method, target, version = lines[0].split(" ", 2)
                 except ValueError:
-                    await self._send(writer, 400, b"Bad Request", "text/plain", False)
+                    await self._send(writer, 400, _BAD_HTTP, "text/plain; charset=utf-8", False)
                     return
                 headers = {}
                 for line in lines[1:]:
@@ -99,14 +104,18 @@ class Server(object):
                 if headers.get("expect", "").lower() == "100-continue":
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits 1 s for it
                 if headers.get("transfer-encoding", "").lower() == "chunked":
-                    body = await self._read_chunked(reader)
+                    try:
+                        body = await self._read_chunked(reader)
+                    except ValueError:
+                        await self._send(writer, 400, _BAD_HTTP, "text/plain; charset=utf-8", False)
+                        return
                 else:
                     try:
                         length = int(headers.get("content-length", "0") or 0)
                     except ValueError:
                         length = -1
                     if length < 0:
-                        await self._send(writer, 400, b"Invalid Content-Length", "text/plain", False)
+                        await self._send(writer, 400, _BAD_HTTP, "text/plain; charset=utf-8", False)
                         return
                     if length > MAX_BODY:
                         await self._send(writer, 413, b"", "text/plain", False)
@@ -137,8 +146,12 @@ class Server(object):
 
     async def _read_chunked(self, reader):
         out = []
+        total = 0
         while True:
             size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+            total += size
+            if size < 0 or total > MAX_BODY:
+                raise ValueError("chunked body too large")
             if size == 0:
                 await reader.readline()
                 return b"".join(out)
@@ -204,8 +217,9 @@ class Server(object):
                       % (peer[0], peer[1], method, path, status, HTTPStatus(status).phrase))
 
     def _parse_json(self, headers, body, openai=False):
-        ctype = headers.get("content-type", "")
-        if openai and ctype and "application/json" not in ctype:
+        # http_server.py validate_json_request (OpenAI routes): the media type must be JSON.
+        media_type = headers.get("content-type", "").lower().split(";", 1)[0].strip()
+        if openai and media_type != "application/json":
             raise _validation_error(
                 "[{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media Type: Only "
                 "'application/json' is allowed\", 'type': 'value_error'}]")
@@ -230,7 +244,7 @@ class Server(object):
         if (os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "1").lower() in ("0", "false")
                 and path == "/health"):
             return 200, b"", "text/plain"
-        req = Request(self.sched.new_rid(), [0], 1, False, 0.0, False, self.sched.seed,
+        req = Request(self.sched.new_rid(), [0], 1, False, 0.0, self.sched.seed,
                       log_metrics=False, steps=self.steps)
         tic = time.time()
         self.sched.submit(req)
@@ -283,31 +297,55 @@ class Server(object):
         if info.get("api_key"):
             info["api_key"] = "<redacted>"
         p = self.plan
-        state = {
+        # managers/scheduler_components/internal_state.py get_internal_state: the resolved
+        # args, then topology, memory_usage (memory_usage.py build_memory_usage) and, with
+        # speculation, avg_spec_accept_length only once a verify ran (_average_accept_length
+        # is None before, and None is left out).
+        state = dict(info)
+        state.update({
+            "world_size": self.args.get("tp_size") or 1,
+            "startup_time": self.startup_time,
+            "effective_max_running_requests_per_dp": self.sched.mrr,
             "last_gen_throughput": self.sched.last_gen_throughput,
             "memory_usage": {
-                "weight": round((p["weights_mib"] + p["draft_weights_mib"]) / 1024, 2),
-                "kvcache": round(p["kv_mib"] / 1024, 2),
-                "token_capacity": p["max_total_num_tokens"],
-                "graph": round(p.get("graph_mib", 0) / 1024, 2),
+                "weight": round((p["weights_mib"] + p["draft_weights_mib"]) / 1024, 3),
+                "kvcache": round(p["kv_mib"] / 1024, 3),
+                "startup_available": round(p.get("avail_after_graph_mib", 0) / 1024, 3),
+                "token_capacity": int(p["max_total_num_tokens"]),
+                "token_capacity_swa": None,
+                "graph": {k: round(v, 3) for k, v in self.graph_memory_gb().items()},
             },
-            "effective_max_running_requests_per_dp": self.sched.mrr,
-        }
+        })
         if self.spec:
-            state["avg_spec_accept_length"] = self.sched.avg_accept_length()
-            state["speculative_num_steps"] = self.steps
+            accept_length = self.sched.avg_accept_length()
+            if accept_length is not None:
+                state["avg_spec_accept_length"] = accept_length
         info.update({
             "max_total_num_tokens": p["max_total_num_tokens"],
             "max_req_input_len": self.sched.context_len - 1,
             "internal_states": [state],
             "startup_time": self.startup_time,
             "version": SGLANG_VERSION,
-            "frontend": "http",
+            "frontend": "python",  # http_server.py server_info
             "sim": {"time_scale": self.scale, "profile": self.settings["profile"],
                     "note": "wall-clock figures measured by a client are time_scale x the "
                             "simulated ones: multiply client tok/s by time_scale"},
         })
         return info
+
+    def graph_memory_gb(self):
+        """model_executor/graph_memory_usage.py merge_graph_memory_usage: every phase of
+        GRAPH_MEMORY_USAGE_KEYS, 0.0 where nothing was captured. A plan that splits its graph
+        memory by phase (graph_phases_mib) is reported so; otherwise the capture is the
+        target's decode graph, the verify graph under speculation."""
+        phases = dict.fromkeys(GRAPH_MEMORY_USAGE_KEYS, 0.0)
+        split = self.plan.get("graph_phases_mib")
+        if split:
+            for phase, mib in split.items():
+                phases[phase] = phases.get(phase, 0.0) + mib / 1024.0
+        else:
+            phases["target_verify" if self.spec else "decode"] = self.plan.get("graph_mib", 0) / 1024.0
+        return phases
 
     async def r_server_info(self, method, query, headers, body, writer, keep):
         return 200, _json(self.server_info()), "application/json"
@@ -383,8 +421,11 @@ class Server(object):
         metric("weight_memory_usage_gb", "gauge", "Weight memory usage (GB).",
                round((p["weights_mib"] + p["draft_weights_mib"]) / 1024, 2))
         metric("kv_cache_memory_usage_gb", "gauge", "KV cache memory usage (GB).", round(p["kv_mib"] / 1024, 2))
-        metric("graph_memory_usage_gb", "gauge", "CUDA graph memory usage (GB).",
-               round(p.get("graph_mib", 0) / 1024, 2), 'phase="decode"')
+        # metrics_collector.py: one graph_memory_usage_gb sample per phase
+        out.append("# HELP sglang:graph_memory_usage_gb Memory used by captured device graphs in GB.")
+        out.append("# TYPE sglang:graph_memory_usage_gb gauge")
+        for phase, gb in self.graph_memory_gb().items():
+            out.append('sglang:graph_memory_usage_gb{%s,phase="%s"} %s' % (labels, phase, _fmt(round(gb, 3))))
         metric("startup_available_gpu_memory_gb", "gauge", "Available GPU memory at startup (GB).",
                round(p.get("avail_after_graph_mib", 0) / 1024, 2))
         metric("num_retracted_reqs", "gauge", "The number of retracted requests.", 0)
@@ -413,72 +454,128 @@ class Server(object):
         return "\n".join(out) + "\n"
 
     # ------------------------------------------------------------------ generation
-    def _sampling(self, sp, openai=False):
-        """Validate sampling params like SamplingParams.verify()."""
-        max_new = sp.get("max_new_tokens", 128)
-        temperature = sp.get("temperature", 1.0)
-        ignore_eos = sp.get("ignore_eos", False)
-        if temperature is None:
-            temperature = 1.0
-        if max_new is None:
-            max_new = 128
-        if not isinstance(max_new, int) or isinstance(max_new, bool):
-            raise ValueError("max_new_tokens must be an integer, got %r." % (max_new,))
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) \
-                or not math.isfinite(temperature) or temperature < 0:
-            raise ValueError("temperature must be a non-negative finite number, got %s." % (temperature,))
-        if max_new < 0:
-            raise ValueError("max_new_tokens must be at least 0, got %d." % max_new)
-        top_p = sp.get("top_p", 1.0)
-        if top_p is not None and (not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
-            raise ValueError("top_p must be in (0, 1], got %s." % (top_p,))
-        return max_new, float(temperature), bool(ignore_eos)
+    def _reserved_tokens(self):
+        """managers/utils.py compute_num_reserved_tokens: EAGLE keeps its drafts in the output
+        slots, so the context check counts max(topk x steps, draft tokens) more."""
+        algo = (self.args.get("speculative_algorithm") or "").upper()
+        if algo not in ("EAGLE", "EAGLE3", "NEXTN", "FROZEN_KV_MTP"):
+            return 0
+        return max((self.args.get("speculative_eagle_topk") or 1) * self.steps,
+                   self.args.get("speculative_num_draft_tokens") or 0)
 
-    def _prompt(self, text=None, input_ids=None):
+    def _check_len(self, ids, max_new):
+        """tokenizer_manager.py _validate_one_request: input, then input + max_new_tokens,
+        against the context length. Returns the max_new_tokens to run with (None: up to the
+        context, as the scheduler caps it)."""
+        ctx = self.sched.context_len
+        n = len(ids) + self._reserved_tokens()
+        if n >= ctx:
+            raise ValueError("The input (%d tokens) is longer than the model's context length "
+                             "(%d tokens)." % (n, ctx))
+        if max_new is not None and max_new + n > ctx:
+            raise ValueError(
+                "Requested token count exceeds the model's maximum context length of %d tokens. "
+                "You requested a total of %d tokens: %d tokens from the input messages and %d "
+                "tokens for the completion. Please reduce the number of tokens in the input "
+                "messages or the completion to fit within the limit." % (ctx, max_new + n, n, max_new))
+        return ctx - n if max_new is None else max_new
+
+    @staticmethod
+    def _verify(sp):
+        """sampling/sampling_params.py SamplingParams.__init__ + verify(): the same checks, in
+        the same order, with the same texts (ValueError -> 400)."""
+        temperature = sp.get("temperature", 1.0)
+        top_k = sp.get("top_k", api_contract.SAMPLING_PARAMS_DEFAULTS["top_k"])
+        if top_k is None:
+            top_k = -1
+        if temperature is not None and 0 <= temperature < 1e-6:  # greedy: top_k = 1
+            temperature, top_k = 1.0, 1
+        if top_k == -1:
+            top_k = 1 << 30
+        beam_width = sp.get("beam_width")
+        if beam_width is not None and beam_width < 1:
+            raise ValueError("beam_width must be at least 1, got %s." % beam_width)
+        if not math.isfinite(temperature) or temperature < 0.0:
+            raise ValueError("temperature must be a non-negative finite number, got %s." % temperature)
+        top_p, min_p = sp.get("top_p", 1.0), sp.get("min_p", 0.0)
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1], got %s." % top_p)
+        if not 0.0 <= min_p <= 1.0:
+            raise ValueError("min_p must be in [0, 1], got %s." % min_p)
+        if top_k < 1 or top_k == -1:
+            raise ValueError("top_k must be -1 (disable) or at least 1, got %s." % top_k)
+        for key in ("frequency_penalty", "presence_penalty"):
+            v = sp.get(key, 0.0)
+            if not -2.0 <= v <= 2.0:
+                raise ValueError("%s must be in [-2, 2], got %s." % (key, v))
+        rep = sp.get("repetition_penalty", 1.0)
+        if not 0.0 < rep <= 2.0:
+            raise ValueError("repetition_penalty must be in (0, 2] (1.0 = no penalty), got %s." % rep)
+        min_new, max_new = sp.get("min_new_tokens", 0), sp.get("max_new_tokens")
+        if not 0 <= min_new:
+            raise ValueError("min_new_tokens must be in [0, max_new_tokens], got %s." % min_new)
+        if max_new is not None:
+            if max_new < 0:
+                raise ValueError("max_new_tokens must be at least 0, got %s." % max_new)
+            if not min_new <= max_new:
+                raise ValueError("min_new_tokens must be in [0, max_new_tokens(%s)], got %s."
+                                 % (max_new, min_new))
+        for token_id in sp.get("logit_bias") or {}:
+            try:
+                ok = 0 <= int(token_id) < tokenizer.VOCAB_SIZE
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError("logit_bias must has keys in [0, %d], got %s."
+                                 % (tokenizer.VOCAB_SIZE - 1, token_id))
+        if sum(sp.get(k) is not None for k in ("json_schema", "regex", "ebnf", "structural_tag")) > 1:
+            raise ValueError("Only one of json_schema, regex, ebnf, or structural_tag can be set.")
+        if (sp.get("n") or 1) != 1:
+            raise ValueError("sglang_sim supports n=1 only.")
+        return temperature if top_k != 1 else 0.0
+
+    @staticmethod
+    def _prompt(text=None, input_ids=None):
+        """Token ids of a prompt: input_ids win over text (tokenizer_manager._tokenize_one_request)."""
         if input_ids is not None:
-            if not isinstance(input_ids, list) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) for i in input_ids):
-                raise ValueError("input_ids must be a list of integers.")
             for i in input_ids:
+                # 0.5.23 does not check this before the GPU does; the sim refuses instead of
+                # pretending an embedding lookup out of range works.
                 if i < 0 or i >= tokenizer.VOCAB_SIZE:
                     raise ValueError("Token id %d is out of vocabulary (vocab size %d)."
                                      % (i, tokenizer.VOCAB_SIZE))
-            return input_ids, False
-        if not isinstance(text, str):
-            raise ValueError("text must be a string.")
-        words = tokenizer.split_words(text)
-        return tokenizer.encode(text), perf.is_realistic_text(words)
+            return list(input_ids)
+        return tokenizer.encode(text)
 
-    def _check_len(self, ids, max_new):
-        ctx = self.sched.context_len
-        if len(ids) >= ctx:
-            raise ValueError("The input (%d tokens) is longer than the model's context length "
-                             "(%d tokens)." % (len(ids), ctx))
-
-    def _new_request(self, ids, realistic, max_new, temperature, ignore_eos, rid=None, sink=None):
+    def _new_request(self, ids, max_new, temperature, ignore_eos, rid=None, sink=None):
         return Request(rid or self.sched.new_rid(), ids, max_new, ignore_eos, temperature,
-                       realistic, self.sched.seed, sink=sink, steps=self.steps)
+                       self.sched.seed, sink=sink, steps=self.steps)
 
     def meta_info(self, req):
+        """tokenizer_manager.py _handle_batch_output: the keys and their order; the spec
+        metrics (_calculate_spec_decoding_metrics) and e2e_latency only once finished."""
         m = {
             "id": req.rid,
             "finish_reason": req.finish_reason,
             "prompt_tokens": req.prompt_len,
             "weight_version": "default",
-            "total_retractions": 0,
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
             "completion_tokens": len(req.output_ids),
             "cached_tokens": req.cached_tokens,
         }
-        if self.spec and req.verify_ct > 0:
-            proposed = req.verify_ct * (self.args["speculative_num_draft_tokens"] - 1)
-            m["spec_accept_rate"] = req.correct_drafts / float(proposed) if proposed else 0.0
-            m["spec_accept_length"] = len(req.output_ids) / float(req.verify_ct)
-            m["spec_num_correct_drafts"] = req.correct_drafts
-            m["spec_num_proposed_drafts"] = proposed
-            m["spec_verify_ct"] = req.verify_ct
-            m["spec_correct_drafts_histogram"] = list(req.hist)
         if req.finished:
             m["e2e_latency"] = (req.last_token_at or time.time()) - req.created
+            if self.spec and req.verify_ct > 0:
+                proposed = req.verify_ct * (self.args["speculative_num_draft_tokens"] - 1)
+                if proposed > 0:
+                    m["spec_accept_rate"] = req.correct_drafts / float(proposed)
+                    m["spec_accept_length"] = len(req.output_ids) / float(req.verify_ct)
+                    m["spec_num_correct_drafts"] = req.correct_drafts
+                    m["spec_num_proposed_drafts"] = proposed
+                    m["spec_verify_ct"] = req.verify_ct
+                if any(req.hist):
+                    m["spec_correct_drafts_histogram"] = list(req.hist)
         return m
 
     def _generate_out(self, req):
@@ -486,31 +583,47 @@ class Server(object):
                 % (req.text, req.ids_str, json.dumps(self.meta_info(req), separators=(",", ":")))
                 ).encode()
 
+    def _generate_args(self, obj):
+        """What tokenizer_manager.generate_request checks after the contract gate, in its
+        order: inputs present (io_struct._validate_inputs), context length, sampling params."""
+        text, input_ids = obj.get("text"), obj.get("input_ids")
+        if text is None and input_ids is None:
+            raise ValueError("Either text, input_ids or input_embeds should be provided.")
+        sp = obj.get("sampling_params")
+        rid = obj.get("rid")
+        if (isinstance(text, list) or isinstance(sp, list) or isinstance(rid, list)
+                or (input_ids and isinstance(input_ids[0], list))):
+            raise ValueError("sglang_sim does not support batched /generate requests.")
+        sp = api_contract.decode_sampling_params(sp or {})
+        ids = self._prompt(text, input_ids)
+        max_new = self._check_len(ids, sp["max_new_tokens"])
+        temperature = self._verify(sp)
+        return ids, max_new, temperature, bool(sp["ignore_eos"]), rid
+
     async def r_generate(self, method, query, headers, body, writer, keep):
         obj = self._parse_json(headers, body)
-        if self.status == "Starting" and not obj.get("_warmup"):
-            pass  # SGLang queues requests that arrive before warmup ends
-        text, input_ids = obj.get("text"), obj.get("input_ids")
-        if (text is None) == (input_ids is None):
-            raise _native_error("Either text or input_ids should be provided.")
-        if isinstance(text, list) or (isinstance(input_ids, list) and input_ids and
-                                      isinstance(input_ids[0], list)):
-            raise _native_error("sglang_sim does not support batched /generate requests.")
-        sp = obj.get("sampling_params") or {}
-        if not isinstance(sp, dict):
-            raise _validation_error("sampling_params must be an object")
+        # http_server.py generate_request: the schema gate answers before anything else.
+        contract_error = api_contract.generate_contract_error(obj)
+        if contract_error is not None:
+            raise HTTPError(400, _json({"error": contract_error}))
+        stream = bool(obj.get("stream"))
         try:
-            max_new, temperature, ignore_eos = self._sampling(sp)
-            ids, realistic = self._prompt(text, input_ids)
-            self._check_len(ids, max_new)
+            ids, max_new, temperature, ignore_eos, rid = self._generate_args(obj)
         except ValueError as exc:
-            raise _native_error(str(exc))
-        rid = obj.get("rid")
-        if rid is not None and not isinstance(rid, str):
-            raise _native_error("rid must be a string.")
-        stream = bool(obj.get("stream", False))
+            self.log("[http_server] Error: %s" % exc)
+            if not stream:
+                raise _native_error(str(exc))
+            # serve_generate_request: a ValueError while streaming is an SSE error event in
+            # a 200 response, then [DONE].
+            event = {"error": {"message": str(exc), "type": "invalid_request_error",
+                               "code": 400, "retryable": False}}
+            self._start_stream(writer)
+            writer.write(self._chunk(b"data: " + _json(event) + b"\n\n")
+                         + self._chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+            return None
         if not stream:
-            req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, rid)
+            req = self._new_request(ids, max_new, temperature, ignore_eos, rid)
             self.sched.submit(req)
             await req.done
             return 200, self._generate_out(req), "application/json"
@@ -521,8 +634,7 @@ class Server(object):
             if n:
                 writer.write(chunk(b"data: " + self._generate_out(req) + b"\n\n"))
 
-        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, rid,
-                                _guarded(writer, sink))
+        req = self._new_request(ids, max_new, temperature, ignore_eos, rid, _guarded(writer, sink))
         self._start_stream(writer)
         self.sched.submit(req)
         await self._finish_stream(req, writer, [])
@@ -547,26 +659,49 @@ class Server(object):
             self.sched.abort(req)
 
     # ------------------------------------------------------------------ OpenAI
-    def _oai_common(self, obj):
-        model = obj.get("model")
-        max_new = obj.get("max_completion_tokens", obj.get("max_tokens"))
-        sp = {"max_new_tokens": max_new, "temperature": obj.get("temperature", 1.0),
-              "ignore_eos": obj.get("ignore_eos", False), "top_p": obj.get("top_p", 1.0)}
-        try:
-            max_new, temperature, ignore_eos = self._sampling(sp, openai=True)
-        except ValueError as exc:
-            raise _openai_error(str(exc))
-        n = obj.get("n", 1)
-        if n not in (1, None):
-            raise _openai_error("sglang_sim supports n=1 only.")
-        so = obj.get("stream_options") or {}
-        include_usage = bool(isinstance(so, dict) and so.get("include_usage"))
-        return model, max_new, temperature, ignore_eos, bool(obj.get("stream", False)), include_usage
+    @staticmethod
+    def _oai_field_error(obj, field, kind):
+        return _validation_error("[{'type': '%s_type', 'loc': ('body', '%s'), 'msg': 'Input should "
+                                 "be a valid %s', 'input': %r}]" % (kind, field, kind, obj.get(field)))
 
-    def _usage(self, req):
-        return {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + len(req.output_ids),
-                "completion_tokens": len(req.output_ids), "prompt_tokens_details": None,
-                "reasoning_tokens": 0}
+    def _oai_common(self, obj, max_default):
+        """protocol.py CompletionRequest / ChatCompletionRequest: defaults (model "default",
+        temperature 1.0, top_p 1.0), then the sampling params tokenizer_manager checks."""
+        model = obj.get("model", DEFAULT_MODEL_NAME)
+        if not isinstance(model, str):
+            raise self._oai_field_error(obj, "model", "string")
+        max_new = obj.get("max_completion_tokens")
+        if max_new is None:
+            max_new = obj.get("max_tokens", max_default)
+        for field, kind, ok in (
+                ("max_tokens", "integer", lambda v: v is None or _is_int(v)),
+                ("max_completion_tokens", "integer", lambda v: v is None or _is_int(v)),
+                ("temperature", "number", _is_num),
+                ("top_p", "number", _is_num),
+                ("ignore_eos", "boolean", lambda v: isinstance(v, bool)),
+                ("stream", "boolean", lambda v: isinstance(v, bool)),
+                ("n", "integer", _is_int)):
+            if field in obj and not ok(obj[field]):
+                raise self._oai_field_error(obj, field, kind)
+        so = obj.get("stream_options")
+        if so is not None and not isinstance(so, dict):
+            raise self._oai_field_error(obj, "stream_options", "dictionary")
+        sp = {"max_new_tokens": max_new, "temperature": float(obj.get("temperature", 1.0)),
+              "top_p": float(obj.get("top_p", 1.0)), "n": obj.get("n", 1)}
+        ignore_eos = bool(obj.get("ignore_eos", False))
+        include_usage, continuous = should_include_usage(so)
+        return model, sp, ignore_eos, bool(obj.get("stream", False)), include_usage, continuous
+
+    @staticmethod
+    def _usage(req, stream_final=False):
+        """usage_processor.py calculate_token_usage -> protocol.py UsageInfo (field order).
+        The final usage chunk of a completions stream is dumped with exclude_none."""
+        u = {"prompt_tokens": req.prompt_len, "total_tokens": req.prompt_len + len(req.output_ids),
+             "completion_tokens": len(req.output_ids), "prompt_tokens_details": None,
+             "reasoning_tokens": 0, "completion_tokens_details": None}
+        if stream_final:
+            u = {k: v for k, v in u.items() if v is not None}
+        return u
 
     @staticmethod
     def _oai_finish(req):
@@ -584,75 +719,76 @@ class Server(object):
         if "prompt" not in obj:
             raise _validation_error("[{'type': 'missing', 'loc': ('body', 'prompt'), "
                                     "'msg': 'Field required', 'input': %r}]" % (obj,))
-        if "model" not in obj:
-            raise _validation_error("[{'type': 'missing', 'loc': ('body', 'model'), "
-                                    "'msg': 'Field required', 'input': %r}]" % (obj,))
-        model, max_new, temperature, ignore_eos, stream, include_usage = self._oai_common(obj)
-        if max_new is None:
-            max_new = 16  # OpenAI's completions default
+        # protocol.py CompletionRequest: max_tokens defaults to 16
+        model, sp, ignore_eos, stream, include_usage, continuous = self._oai_common(obj, 16)
         prompt = obj["prompt"]
         try:
-            if isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt):
-                ids, realistic = self._prompt(input_ids=prompt)
+            if isinstance(prompt, list) and all(_is_int(i) for i in prompt):
+                ids = self._prompt(input_ids=prompt)
             elif isinstance(prompt, str):
-                ids, realistic = self._prompt(text=prompt)
+                ids = self._prompt(text=prompt)
             elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                ids, realistic = self._prompt(text=prompt[0])
+                ids = self._prompt(text=prompt[0])
+            elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+                raise ValueError("sglang_sim does not support batched prompts.")
             else:
-                raise ValueError("prompt must be a string, a list with one string, or a list of token ids.")
-            self._check_len(ids, max_new)
+                raise self._oai_field_error(obj, "prompt", "string")
+            max_new = self._check_len(ids, sp["max_new_tokens"])
+            temperature = self._verify(sp)
         except ValueError as exc:
             raise _openai_error(str(exc))
-        cid = "cmpl-" + uuid.uuid4().hex
         created = int(time.time())
         if not stream:
-            req = self._new_request(ids, realistic, max_new, temperature, ignore_eos)
+            req = self._new_request(ids, max_new, temperature, ignore_eos)
             self.sched.submit(req)
             await req.done
             fr, matched = self._oai_finish(req)
-            out = {"id": req.rid, "object": "text_completion", "created": created,
-                   "model": self.model_name,
+            out = {"id": req.rid, "object": "text_completion", "created": created, "model": model,
                    "choices": [{"index": 0, "text": req.text, "logprobs": None,
                                 "finish_reason": fr, "matched_stop": matched}],
                    "usage": self._usage(req), "metadata": {"weight_version": "default"}}
             return 200, _json(out), "application/json"
-        prefix = ('{"id":"%s","object":"text_completion","created":%d,"model":%s,'
-                  '"choices":[{"index":0,"text":' % (cid, created, json.dumps(self.model_name)))
+        rid = self.sched.new_rid()
+        prefix = ('data: {"id":"%s","object":"text_completion","created":%d,"model":%s,'
+                  '"choices":[{"index":0,"text":"' % (rid, created, json.dumps(model)))
+        usage = self._usage
 
+        # serving_completions.py _generate_completion_stream: one chunk per output of the
+        # scheduler (its delta may be empty), finish_reason on the chunk that ends the
+        # request, usage on every chunk with continuous_usage_stats (null otherwise).
         def sink(req, delta, n):
-            if delta:
-                writer.write(self._chunk(
-                    b"data: " + (prefix + '"%s","logprobs":null,"finish_reason":null,'
-                                 '"matched_stop":null}],"usage":null}' % delta).encode() + b"\n\n"))
+            if not n:
+                return
+            fr, matched = self._oai_finish(req) if req.finished else (None, None)
+            writer.write(self._chunk(('%s%s","logprobs":null,"finish_reason":%s,"matched_stop":%s}],'
+                                      '"usage":%s}\n\n' % (
+                                          prefix, delta, json.dumps(fr), json.dumps(matched),
+                                          json.dumps(usage(req), separators=(",", ":"))
+                                          if continuous else "null")).encode()))
 
-        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, None,
-                                _guarded(writer, sink))
+        req = self._new_request(ids, max_new, temperature, ignore_eos, rid, _guarded(writer, sink))
         self._start_stream(writer)
         self.sched.submit(req)
-        tail = _LazyTail(lambda: self._completion_tail(req, prefix, cid, created, include_usage))
+        tail = _LazyTail(lambda: self._completion_tail(req, model, created, include_usage))
         await self._finish_stream(req, writer, tail)
         return None
 
-    def _completion_tail(self, req, prefix, cid, created, include_usage):
-        fr, matched = self._oai_finish(req)
-        out = [b"data: " + (prefix + '"","logprobs":null,"finish_reason":%s,"matched_stop":%s}],'
-                            '"usage":null}' % (json.dumps(fr), json.dumps(matched))).encode() + b"\n\n"]
-        if include_usage:
-            out.append(b"data: " + _json({"id": cid, "object": "text_completion", "created": created,
-                                          "model": self.model_name, "choices": [],
-                                          "usage": self._usage(req)}) + b"\n\n")
-        return out
+    def _completion_tail(self, req, model, created, include_usage):
+        if not include_usage:
+            return []
+        return [b"data: " + _json({"id": req.rid, "object": "text_completion", "created": created,
+                                   "model": model, "choices": [],
+                                   "usage": self._usage(req, stream_final=True)}) + b"\n\n"]
 
     async def r_chat(self, method, query, headers, body, writer, keep):
         obj = self._parse_json(headers, body, openai=True)
-        for field in ("messages", "model"):
-            if field not in obj:
-                raise _validation_error("[{'type': 'missing', 'loc': ('body', '%s'), "
-                                        "'msg': 'Field required', 'input': %r}]" % (field, obj))
+        if "messages" not in obj:
+            raise _validation_error("[{'type': 'missing', 'loc': ('body', 'messages'), "
+                                    "'msg': 'Field required', 'input': %r}]" % (obj,))
         msgs = obj["messages"]
         if not isinstance(msgs, list) or not msgs:
             raise _openai_error("Messages cannot be empty. Please provide at least one message.")
-        model, max_new, temperature, ignore_eos, stream, include_usage = self._oai_common(obj)
+        model, sp, ignore_eos, stream, include_usage, continuous = self._oai_common(obj, None)
         parts = []
         for m in msgs:
             if not isinstance(m, dict) or "role" not in m:
@@ -666,59 +802,81 @@ class Server(object):
         parts.append("<|im_start|>assistant\n")
         text = "\n".join(parts)
         try:
-            ids, realistic = self._prompt(text=text)
-            if max_new is None:
-                max_new = max(self.sched.context_len - len(ids), 0)
-            self._check_len(ids, max_new)
+            ids = self._prompt(text=text)
+            max_new = self._check_len(ids, sp["max_new_tokens"])
+            temperature = self._verify(sp)
         except ValueError as exc:
             raise _openai_error(str(exc))
-        realistic = perf.is_realistic_text(tokenizer.split_words(
-            " ".join(str(m.get("content", "")) for m in msgs if isinstance(m, dict))))
-        cid = uuid.uuid4().hex
         created = int(time.time())
         if not stream:
-            req = self._new_request(ids, realistic, max_new, temperature, ignore_eos)
+            req = self._new_request(ids, max_new, temperature, ignore_eos)
             self.sched.submit(req)
             await req.done
             fr, matched = self._oai_finish(req)
-            out = {"id": cid, "object": "chat.completion", "created": created, "model": self.model_name,
+            out = {"id": req.rid, "object": "chat.completion", "created": created, "model": model,
                    "choices": [{"index": 0, "message": {"role": "assistant", "content": req.text,
-                                                        "reasoning_content": None, "tool_calls": None},
+                                                        "reasoning_content": None},
                                 "logprobs": None, "finish_reason": fr, "matched_stop": matched}],
                    "usage": self._usage(req), "metadata": {"weight_version": "default"}}
             return 200, _json(out), "application/json"
-        prefix = ('{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,'
-                  '"choices":[{"index":0,"delta":' % (cid, created, json.dumps(self.model_name)))
+        rid = self.sched.new_rid()
+        # sse_utils.py build_sse_content (msgspec, omit_defaults): no usage key unless set,
+        # reasoning_content always present in the delta.
+        prefix = ('data: {"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,'
+                  '"choices":[{"index":0,"delta":{"reasoning_content":null'
+                  % (rid, created, json.dumps(model)))
         first = [True]
+        usage = self._usage
 
+        # serving_chat.py _generate_chat_stream: a role chunk on the first output, a content
+        # chunk per output with text (usage on it with continuous_usage_stats), and
+        # finish_reason in a chunk of its own after the last output.
         def sink(req, delta, n):
             if first[0]:
                 first[0] = False
-                writer.write(self._chunk(b"data: " + (prefix + '{"role":"assistant","content":""},'
-                                                      '"logprobs":null,"finish_reason":null}],'
-                                                      '"usage":null}').encode() + b"\n\n"))
+                writer.write(self._chunk((prefix + ',"role":"assistant","content":""},"logprobs":null,'
+                                          '"finish_reason":null,"matched_stop":null}]}\n\n').encode()))
             if delta:
-                writer.write(self._chunk(b"data: " + (prefix + '{"content":"%s"},"logprobs":null,'
-                                                      '"finish_reason":null}],"usage":null}' % delta
-                                                      ).encode() + b"\n\n"))
+                tail = (',"usage":%s' % json.dumps(usage(req), separators=(",", ":"))
+                        if continuous else "")
+                writer.write(self._chunk((prefix + ',"content":"%s"},"logprobs":null,"finish_reason":'
+                                          'null,"matched_stop":null}]%s}\n\n' % (delta, tail)
+                                          ).encode()))
 
-        req = self._new_request(ids, realistic, max_new, temperature, ignore_eos, None,
-                                _guarded(writer, sink))
+        req = self._new_request(ids, max_new, temperature, ignore_eos, rid, _guarded(writer, sink))
         self._start_stream(writer)
         self.sched.submit(req)
-        tail = _LazyTail(lambda: self._chat_tail(req, prefix, cid, created, include_usage))
+        tail = _LazyTail(lambda: self._chat_tail(req, prefix, model, created, include_usage))
         await self._finish_stream(req, writer, tail)
         return None
 
-    def _chat_tail(self, req, prefix, cid, created, include_usage):
+    def _chat_tail(self, req, prefix, model, created, include_usage):
         fr, matched = self._oai_finish(req)
-        out = [b"data: " + (prefix + '{},"logprobs":null,"finish_reason":%s,"matched_stop":%s}],'
-                            '"usage":null}' % (json.dumps(fr), json.dumps(matched))).encode() + b"\n\n"]
+        out = [(prefix + '},"logprobs":null,"finish_reason":%s,"matched_stop":%s}]}\n\n'
+                % (json.dumps(fr), json.dumps(matched))).encode()]
         if include_usage:
-            out.append(b"data: " + _json({"id": cid, "object": "chat.completion.chunk",
-                                          "created": created, "model": self.model_name,
-                                          "choices": [], "usage": self._usage(req)}) + b"\n\n")
+            # ChatCompletionStreamResponse.model_dump_json(): nulls kept
+            out.append(b"data: " + _json({"id": req.rid, "object": "chat.completion.chunk",
+                                          "created": created, "model": model, "choices": [],
+                                          "usage": self._usage(req)}) + b"\n\n")
         return out
+
+
+def should_include_usage(stream_options, default_include_usage=False):
+    """entrypoints/openai/utils.py should_include_usage: (include_usage, continuous_usage_stats).
+    The server's default (--stream-response-default-include-usage) is off."""
+    if stream_options:
+        return (bool(stream_options.get("include_usage") or default_include_usage),
+                bool(stream_options.get("continuous_usage_stats")))
+    return default_include_usage, False
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _guarded(writer, sink):

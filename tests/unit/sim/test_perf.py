@@ -56,9 +56,9 @@ def test_max_running_requests_caps_batch():
 
 
 def test_acceptance_regimes():
-    synth = perf.acceptance_alpha(0.0, realistic=False)
-    real = perf.acceptance_alpha(0.0, realistic=True)
-    hot = perf.acceptance_alpha(1.0, realistic=False)
+    synth = perf.acceptance_alpha(0.0, ignore_eos=True)
+    real = perf.acceptance_alpha(0.0, ignore_eos=False)
+    hot = perf.acceptance_alpha(1.0, ignore_eos=True)
     assert synth > 0.97
     assert 0.6 <= real <= 0.8
     assert hot < synth
@@ -86,7 +86,8 @@ def test_noise_is_small_and_seeded():
     assert 0.05 < sd < 0.25  # about 1-2 %
 
 
-def test_realistic_text_detection():
-    assert perf.is_realistic_text("Please explain how the code in this function works".split())
-    assert not perf.is_realistic_text("zx qv 8812 kopuja peboka haroma".split())
-    assert not perf.is_realistic_text([])
+def test_regime_ignores_the_wording():
+    # The regime is a property of the request (ignore_eos, temperature), not of its text.
+    assert not hasattr(perf, "is_realistic_text")
+    assert perf.acceptance_alpha(0.0) == perf.acceptance_alpha(0.0, ignore_eos=True)
+    assert perf.acceptance_alpha(0.5, True) < perf.acceptance_alpha(0.0, True)

@@ -19,7 +19,7 @@ def test_length_finish_and_counts():
         s = _sched()
         s.start()
         seen = []
-        req = Request("r1", list(range(100, 110)), 37, True, 0.0, False, 0,
+        req = Request("r1", list(range(100, 110)), 37, True, 0.0, 0,
                       sink=lambda r, d, n: seen.append(n), steps=3)
         s.submit(req)
         await req.done
@@ -44,7 +44,7 @@ def test_eos_without_ignore_eos():
     async def go():
         s = _sched()
         s.start()
-        req = Request("r2", [1, 2, 3], 5000, False, 0.0, False, 0, steps=3)
+        req = Request("r2", [1, 2, 3], 5000, False, 0.0, 0, steps=3)
         s.submit(req)
         await req.done
         s.task.cancel()
@@ -66,7 +66,7 @@ def test_max_running_requests_caps_the_batch():
         def sink(r, d, n):
             peak[0] = max(peak[0], len(s.running))
 
-        reqs = [Request("q%d" % i, [5] * 8, 20, True, 0.0, False, 0, sink=sink, steps=3)
+        reqs = [Request("q%d" % i, [5] * 8, 20, True, 0.0, 0, sink=sink, steps=3)
                 for i in range(10)]
         for r in reqs:
             s.submit(r)
@@ -83,8 +83,10 @@ def test_accept_length_tracks_the_model():
     async def go():
         s = _sched()
         s.start()
-        reqs = [Request("a%d" % i, [7] * 8, 400, True, 0.0, real, 0, steps=3)
-                for i, real in enumerate([False] * 4 + [True] * 4)]
+        # ignore_eos picks the regime (perf.acceptance_alpha): benchmark-style requests
+        # draft well, requests that may stop early draft like real text
+        reqs = [Request("a%d" % i, [7] * 8, 400, ignore_eos, 0.0, 0, steps=3)
+                for i, ignore_eos in enumerate([True] * 4 + [False] * 4)]
         for r in reqs:
             s.submit(r)
         await asyncio.gather(*[r.done for r in reqs])
@@ -102,7 +104,7 @@ def test_abort_and_flush_counters():
     async def go():
         s = _sched(scale=1e-3)
         s.start()
-        req = Request("x", [1] * 4, 100000, True, 0.0, False, 0, steps=3)
+        req = Request("x", [1] * 4, 100000, True, 0.0, 0, steps=3)
         s.submit(req)
         await asyncio.sleep(0.05)
         s.abort(req)
