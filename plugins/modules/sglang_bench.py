@@ -337,7 +337,7 @@ def _validate(module, p):
     bad = [c for c in conc if c is None or c < 1]
     if bad:
         module.fail_json(msg="concurrency levels must be >= 1; got %s" % bad)
-    for key in ("num_prompts", "input_len", "output_len", "repeats"):
+    for key in ("num_prompts", "input_len", "output_len", "repeats", "warmup_output_len"):
         if p[key] is not None and p[key] < 1:
             module.fail_json(msg="%s must be >= 1; got %s" % (key, p[key]))
     if p["warmup"] is not None and p["warmup"] < 0:
@@ -352,6 +352,12 @@ def _validate(module, p):
     if not 0 < p["steady_state_ratio"] <= 1:
         module.fail_json(msg="steady_state_ratio must be in (0, 1]; got %s"
                          % p["steady_state_ratio"])
+    if not 0 <= p["max_failure_rate"] <= 1:
+        module.fail_json(msg="max_failure_rate is a fraction of the level's requests, within "
+                             "[0, 1]; got %s" % p["max_failure_rate"])
+    if p["endpoint"] == "chat" and p["prompt_format"] == "token_ids":
+        module.fail_json(msg="prompt_format=token_ids does not fit endpoint=chat (chat messages "
+                             "are text); use prompt_format=auto or text")
     if p["temperature"] < 0:
         module.fail_json(msg="temperature must be >= 0; got %s" % p["temperature"])
     if not p["url"].startswith("http://"):
@@ -428,6 +434,10 @@ def main():
             flush_cache=dict(type="bool", default=False),
             time_scale=dict(type="float", default=1.0),
             steady_state_ratio=dict(type="float", default=0.9),
+            prompt_format=dict(type="str", default="auto", choices=["auto", "token_ids", "text"]),
+            fail_on_empty_level=dict(type="bool", default=True),
+            max_failure_rate=dict(type="float", default=0.0),
+            warmup_output_len=dict(type="int", default=16),
         ),
         mutually_exclusive=[["num_prompts", "duration"]],
         supports_check_mode=True,
@@ -448,7 +458,8 @@ def main():
     except sc.BenchError as exc:
         partial = exc.partial or {}
         module.fail_json(msg=str(exc), levels=partial.get("levels", []),
-                         config=partial.get("config"), bench_warnings=partial.get("warnings", []))
+                         config=partial.get("config"), workload=partial.get("workload"),
+                         bench_warnings=partial.get("warnings", []))
     except sc.ClientError as exc:
         module.fail_json(msg="benchmark client error: %s" % exc)
     except Exception as exc:  # pylint: disable=broad-except
@@ -457,7 +468,7 @@ def main():
                              "the exception shown by -vvv" % (type(exc).__name__, exc),
                          exception=traceback.format_exc())
     facts = dict(result["by_concurrency"])
-    for key in ("levels", "config", "server", "duration_s", "warnings"):
+    for key in ("levels", "config", "server", "duration_s", "workload", "warnings"):
         facts[key] = result[key]
     warnings = result.pop("warnings")
     for w in warnings:
