@@ -1056,33 +1056,45 @@ async def resolve_prompt_format(client, cfg, server, warnings):
     return "text", "the token-id probe failed"
 
 
-async def calibrate_words(client, cfg, warnings, max_probes=4):
+async def _probe_mean_tokens(client, cfg, words, tag, n):
+    """Mean server-counted prompt tokens of n distinct text prompts of `words` words (one output
+    token each, sent together); (mean or None, first failed record or None)."""
+    ep = cfg["endpoint"]
+    prompts = random_prompts(n, words, "calibrate-%s-%s" % (cfg["seed"], tag), True)
+    bodies = [build_payload(ep, p, 1, cfg["temperature"], True, cfg.get("model"))
+              for p in prompts]
+    recs = (await run_requests(client, ENDPOINT_PATHS[ep], bodies.__getitem__, n, n, ep,
+                               timeout=min(cfg["timeout"], 120.0)))[0]
+    counts = [r["prompt_tokens"] for r in recs if r.get("ok") and r.get("prompt_tokens") is not None]
+    bad = [r for r in recs if not r.get("ok")]
+    return (bm.mean([float(c) for c in counts]) if len(counts) == n else None,
+            bad[0] if bad else None)
+
+
+async def calibrate_words(client, cfg, warnings, max_steps=4, per_step=4):
     """Words per synthetic text prompt so that the server counts about input_len prompt tokens.
 
     The server's own tokenizer (and, on chat, its chat template) decides the count, so it is
-    measured: a probe prompt of w words with one output token reports usage.prompt_tokens = t;
-    with two points the linear fit t = a + b * w gives the next w; the last point within one
-    token or 0.5 % of the target ends it. Returns (words, probes) with probes a list of
+    measured: `per_step` distinct probe prompts of w words with one output token each report
+    their usage.prompt_tokens, whose mean is t (words differ in token count, so one prompt
+    alone is noisy); two points give the linear fit t = a + b * w and the next w; a mean within
+    one token or 0.5 % of the target ends it. Returns (words, probes) with probes a list of
     {'words', 'prompt_tokens'}; without a usage count the word count equals input_len."""
     target = int(cfg["input_len"])
-    ep = cfg["endpoint"]
     probes = []
     w = target
-    for i in range(max_probes):
-        prompt = random_prompts(1, w, "calibrate-%s-%d" % (cfg["seed"], i), True)[0]
-        rec = await _probe(client, ep, prompt, 1, cfg)
-        t = rec.get("prompt_tokens")
-        if not rec.get("ok") or t is None:
+    for i in range(max_steps):
+        t, bad = await _probe_mean_tokens(client, cfg, w, i, per_step)
+        if t is None:
             if not probes:
                 warnings.append("the server reported no prompt token count for a text prompt "
                                 "(%s); synthetic prompts are %d words, not calibrated to "
                                 "input_len tokens" % (
-                                    "no usage" if rec.get("ok") else
-                                    bm.normalise_message(rec.get("error") or "", 80), target))
+                                    "no usage" if bad is None else
+                                    bm.normalise_message(bad.get("error") or "", 80), target))
                 return target, probes
             break
-        t = int(t)
-        probes.append({"words": w, "prompt_tokens": t})
+        probes.append({"words": w, "prompt_tokens": round(t, 2)})
         if abs(t - target) <= max(1, 0.005 * target):
             return w, probes
         if len(probes) == 1:
