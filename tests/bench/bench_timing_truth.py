@@ -90,13 +90,13 @@ def main():
     rows = []
     n = args.output_len
     try:
-        for ep in args.endpoints:
+        for ep, c in [(ep, c) for ep in args.endpoints for c in args.concurrency]:
             res = sc.run_benchmark({
-                "url": url, "endpoint": ep, "concurrency": args.concurrency,
-                "num_prompts": None, "input_len": args.input_len, "output_len": n,
-                "timeout": 120.0, "seed": 7, "fail_on_empty_level": True})
-            for lv, c in zip(res["levels"], args.concurrency):
-                if lv["completed"] < max(10, args.rounds * c) and lv["failed"]:
+                "url": url, "endpoint": ep, "concurrency": [c],
+                "num_prompts": max(10, args.rounds * c), "input_len": args.input_len,
+                "output_len": n, "timeout": 120.0, "seed": 7, "fail_on_empty_level": True})
+            for lv in res["levels"]:
+                if lv["failed"]:
                     print("warning: %s C=%d had %d failures: %s" % (ep, c, lv["failed"],
                                                                    lv["errors"]))
                 truth = {"ttft_ms": args.ttft * 1000.0, "itl_ms": args.itl * 1000.0,
