@@ -315,9 +315,10 @@ levels:
     failed: {description: "Requests that failed (HTTP error, timeout, malformed or cut stream).", type: int}
     errors:
       description:
-        - Failure reasons with their counts, keyed by C(HTTP <status>: <message>) or the
-          client's message (timeout, cut stream). The message is normalised (echoed prompts
-          removed, at most 160 characters), so identical failures share one key.
+        - >-
+          Failure reasons with their counts, keyed by "HTTP status: message" or the client's
+          message (timeout, cut stream). The message is normalised (echoed prompts removed, at
+          most 160 characters), so identical failures share one key.
       type: dict
     error_groups: {description: "The same groups as a list, most frequent first; each has status (null without an HTTP answer), message and count.", type: list}
     failure_rate: {description: "failed / (completed + failed); null without requests.", type: float}
