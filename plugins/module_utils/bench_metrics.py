@@ -339,7 +339,7 @@ def level_metrics(records, duration, concurrency, time_scale=1.0, steady_ratio=0
 
 # ---------------------------------------------------------------- errors
 ERROR_MESSAGE_LIMIT = 160
-_QUOTED = re.compile("b?'(?:[^'\\\\]|\\\\.){32,}'" '|b?"(?:[^"\\\\]|\\\\.){32,}"', re.S)
+_QUOTED = re.compile("|".join(("b?'(?:[^'\\\\]|\\\\.){32,}'", 'b?"(?:[^"\\\\]|\\\\.){32,}"')), re.S)
 _BRACKETED = re.compile(r"\[[^\[\]]{24,}\]", re.S)
 _SPACES = re.compile(r"\s+")
 

@@ -328,7 +328,9 @@ levels:
     output_len_asked: {description: "Mean output length asked of the completed requests.", type: float}
     short_outputs: {description: "Completed requests with fewer output tokens than asked.", type: int}
     ended_short: {description: "Requests ended short under O(ignore_eos); the figures describe shorter requests than asked.", type: bool}
-    prompt_tokens_per_request: {description: "Mean prompt tokens of a completed request as the server counted them (usage or meta_info); null when it does not say.", type: float}
+    prompt_tokens_per_request:
+      description: Mean prompt tokens of a completed request as the server counted them (usage or meta_info); null when it does not say.
+      type: float
     finish_reasons: {description: "Completed requests per finish reason (length, stop, ...).", type: dict}
     level_warnings: {description: "The warnings about this level (also in bench_warnings).", type: list}
     duration_s: {description: "Wall time of the level, first send to last completion.", type: float}

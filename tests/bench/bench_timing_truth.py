@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """sglang_bench's timing figures beside the truth, on every endpoint.
 
 The server is tests/fixtures/openai_server/openai_server.py (not SGLang, not the simulator) in
@@ -70,7 +69,7 @@ def pct(ours, truth):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--ttft", type=float, default=0.05, help="server TTFT in s (default 0.05)")
     ap.add_argument("--itl", type=float, default=0.01, help="server ITL in s (default 0.01)")
     ap.add_argument("--input-len", type=int, default=256)
@@ -97,8 +96,8 @@ def main():
                 "output_len": n, "timeout": 120.0, "seed": 7, "fail_on_empty_level": True})
             for lv in res["levels"]:
                 if lv["failed"]:
-                    print("warning: %s C=%d had %d failures: %s" % (ep, c, lv["failed"],
-                                                                   lv["errors"]))
+                    print("warning: %s C=%d had %d failures: %s"
+                          % (ep, c, lv["failed"], lv["errors"]))
                 truth = {"ttft_ms": args.ttft * 1000.0, "itl_ms": args.itl * 1000.0,
                          "decode_tps": 1.0 / args.itl,
                          "aggregate_tps": c * n / (args.ttft + (n - 1) * args.itl)}
