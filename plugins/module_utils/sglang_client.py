@@ -1008,14 +1008,15 @@ async def _preflight(client, cfg, warnings):
 
 
 def is_sglang_info(info):
-    """A /server_info body as SGLang's (http_server.get_server_info: the server args merged with
-    the scheduler's internal_states and the version)."""
+    """A /server_info body as SGLang's (sglang/srt/entrypoints/http_server.py, server_info():
+    the server args with internal_states and version)."""
     return isinstance(info, dict) and "version" in info and (
         "internal_states" in info or "model_path" in info)
 
 
 def is_sglang_models(models):
-    """A /v1/models body as SGLang's (protocol.ModelCard.owned_by defaults to "sglang")."""
+    """A /v1/models body as SGLang's (sglang/srt/entrypoints/openai/protocol.py, ModelCard:
+    owned_by defaults to "sglang")."""
     try:
         return any(isinstance(m, dict) and m.get("owned_by") == "sglang" for m in models["data"])
     except (TypeError, KeyError):
