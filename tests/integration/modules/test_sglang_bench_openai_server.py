@@ -255,3 +255,22 @@ def test_prompt_format_token_ids_on_chat_is_refused():
 def test_max_failure_rate_bounds(rate):
     res = run("http://127.0.0.1:1", max_failure_rate=rate)
     assert res.kind == "fail" and "max_failure_rate" in res.result["msg"]
+
+
+def test_dataset_and_prompt_format_must_agree(tmp_path):
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text('{"input_ids": [1, 2, 3]}\n')
+    text = tmp_path / "text.jsonl"
+    text.write_text('"hello there"\n')
+    with OpenAIServerThread() as s:
+        res = run(s.url, endpoint="completions", dataset=str(ids), prompt_format="text")
+        assert res.kind == "fail" and "dataset has input_ids lines" in res.result["msg"]
+        res = run(s.url, endpoint="completions", dataset=str(text), prompt_format="token_ids")
+        assert res.kind == "fail" and "no tokenizer" in res.result["msg"]
+        res = run(s.url, endpoint="completions", dataset=str(ids), concurrency=[1],
+                  num_prompts=2)
+        log = s.server.log
+    assert res.kind == "exit"
+    assert res.result["workload"] == {"synthetic": False, "prompt_format": "token_ids",
+                                      "prompt_format_reason": "as written in the dataset"}
+    assert {e["kind"] for e in log} == {"token_ids"}
