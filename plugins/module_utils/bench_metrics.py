@@ -25,6 +25,7 @@ figures compare with bench_serving's output:
 
 from __future__ import absolute_import, division, print_function
 
+import json
 import math
 import re
 
@@ -311,12 +312,121 @@ def level_metrics(records, duration, concurrency, time_scale=1.0, steady_ratio=0
         m["request_accept_length"] = sum(v[0] for v in verify) / float(sum(v[1] for v in verify))
     else:
         m["request_accept_length"] = mean(accepts)
-    errors = {}
-    for r in failed:
-        key = r.get("error") or "unknown error"
-        errors[key] = errors.get(key, 0) + 1
-    m["errors"] = errors
+    groups = error_groups(failed)
+    m["errors"] = dict((g["key"], g["count"]) for g in groups)
+    m["error_groups"] = [dict((k, g[k]) for k in ("status", "message", "count")) for g in groups]
+    total = len(ok) + len(failed)
+    m["failure_rate"] = (len(failed) / float(total)) if total else None
+    # what the server gave against what was asked: a server that ignores ignore_eos or caps
+    # max_tokens makes every per-token figure describe shorter requests than the caller meant
+    asked = [r["asked_output_len"] for r in ok if r.get("asked_output_len")]
+    m["output_tokens_per_request"] = (out_tokens / float(len(ok))) if ok else None
+    m["output_len_asked"] = mean(asked)
+    m["short_outputs"] = sum(1 for r in ok if r.get("asked_output_len")
+                             and int(r.get("output_tokens") or 0) < r["asked_output_len"])
+    counted = [int(r["prompt_tokens"]) for r in ok if r.get("prompt_tokens") is not None]
+    m["prompt_tokens_per_request"] = mean(counted)
+    reasons = {}
+    for r in ok:
+        fr = r.get("finish_reason")
+        if fr is not None:
+            key = fr if isinstance(fr, str) else (fr.get("type") if isinstance(fr, dict) else None)
+            key = str(key or fr)
+            reasons[key] = reasons.get(key, 0) + 1
+    m["finish_reasons"] = reasons
     return m
+
+
+# ---------------------------------------------------------------- errors
+ERROR_MESSAGE_LIMIT = 160
+_QUOTED = re.compile("|".join(("b?'(?:[^'\\\\]|\\\\.){32,}'", 'b?"(?:[^"\\\\]|\\\\.){32,}"')), re.S)
+_BRACKETED = re.compile(r"\[[^\[\]]{24,}\]", re.S)
+_SPACES = re.compile(r"\s+")
+
+
+def normalise_message(msg, limit=ERROR_MESSAGE_LIMIT):
+    """One error message made fit to group on: prompts a server echoes back (long quoted strings,
+    long lists such as token ids) elided, whitespace collapsed, length bounded."""
+    text = msg if isinstance(msg, str) else str(msg)
+    text = _QUOTED.sub("'…'", text)
+    # innermost brackets first, so a list of lists collapses too
+    for dummy in range(4):
+        new = _BRACKETED.sub("[…]", text)
+        if new == text:
+            break
+        text = new
+    text = _SPACES.sub(" ", text).strip()
+    if len(text) > limit:
+        text = text[:limit - 1].rstrip() + "…"
+    return text
+
+
+def _message_of(obj, depth=0):
+    """The human message inside an error body of the usual shapes: OpenAI's
+    {"error": {"message": ...}}, FastAPI's {"detail": "..."} or {"detail": [{"loc", "msg",
+    "input"}]} (the validation "input" is the request echoed back, so it is left out), or
+    {"message": ...}."""
+    if depth > 4:
+        return None
+    if isinstance(obj, str):
+        return obj
+    if isinstance(obj, dict):
+        for key in ("error", "detail", "message", "msg"):
+            if key in obj:
+                got = _message_of(obj[key], depth + 1)
+                if got:
+                    return got
+        return None
+    if isinstance(obj, list):
+        parts = []
+        for item in obj[:3]:
+            if isinstance(item, dict) and "msg" in item:
+                loc = item.get("loc")
+                where = ".".join(str(x) for x in loc) if isinstance(loc, list) else ""
+                parts.append(("%s: %s" % (where, item["msg"])) if where else str(item["msg"]))
+            else:
+                got = _message_of(item, depth + 1)
+                if got:
+                    parts.append(got)
+        return "; ".join(parts) or None
+    return None
+
+
+def error_body_message(body):
+    """The normalised message of an HTTP error body (bytes or str; JSON or plain text)."""
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    text = (body or "").strip()
+    msg = None
+    if text[:1] in ("{", "["):
+        try:
+            msg = _message_of(json.loads(text))
+        except ValueError:
+            msg = None
+    return normalise_message(msg if msg else text)
+
+
+def error_groups(failed):
+    """Failed records grouped by HTTP status and normalised message, most frequent first:
+    [{'key', 'status', 'message', 'count'}]. 'key' reads "HTTP 400: message" (or the message
+    alone for a failure without a status)."""
+    counts = {}
+    order = []
+    for r in failed:
+        status = r.get("http_status")
+        message = normalise_message(r.get("error_message") or r.get("error") or "unknown error")
+        k = (status, message)
+        if k not in counts:
+            counts[k] = 0
+            order.append(k)
+        counts[k] += 1
+    out = []
+    for status, message in order:
+        key = ("HTTP %s: %s" % (status, message)) if status is not None else message
+        out.append({"key": key, "status": status, "message": message,
+                    "count": counts[(status, message)]})
+    out.sort(key=lambda g: -g["count"])
+    return out
 
 
 # ---------------------------------------------------------------- server counters

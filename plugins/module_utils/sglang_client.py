@@ -458,7 +458,8 @@ class _Conn(asyncio.Protocol):
                     if h.error is not None:
                         self._abort(h.error)
                         return
-            else:
+            elif self.handler is None or sum(len(b) for b in self.body) < 65536:
+                # an error body of a streamed request is read for its message only
                 self.body.append(body)
         if p.complete:
             if not p.keep_alive:
@@ -621,8 +622,9 @@ class Client:
                     await asyncio.wait_for(asyncio.shield(fut), max(0.001, deadline - _now()))
                 except asyncio.TimeoutError:
                     conn.closed = True
-                    rec["error"] = "timed out after %.1fs (%d tokens received)" % (
-                        timeout, rec.get("output_tokens") or 0)
+                    # the token count stays out of the message, so timeouts group together
+                    rec["error"] = "timed out after %.1fs" % (timeout,)
+                    rec["tokens_at_error"] = rec.get("output_tokens") or 0
                     return rec
                 if (conn.error is not None and attempt == 0 and reused
                         and conn.parser.status is None):
@@ -635,9 +637,10 @@ class Client:
             if conn.error is not None and p.status in (None, 200):
                 rec["error"] = conn.error
             elif p.status != 200:
-                text = b"".join(conn.body)[:300].decode("utf-8", "replace").strip()
-                rec["error"] = "HTTP %s %s%s" % (p.status, p.reason,
-                                                 (": " + text) if text else "")
+                # the body often echoes the prompt back: keep only its normalised message
+                msg = bm.error_body_message(b"".join(conn.body)) or p.reason or "(empty body)"
+                rec["error"] = "HTTP %s %s: %s" % (p.status, p.reason, msg)
+                rec["error_message"] = msg
                 rec["http_status"] = p.status
             elif handler.error is not None:
                 rec["error"] = handler.error
@@ -674,8 +677,9 @@ _WORDS = ("alpha", "beta", "gamma", "delta", "kernel", "tensor", "river", "stone
 
 
 def random_prompts(n, input_len, seed, as_text):
-    """n distinct synthetic prompts: token-id lists (exact length, for generate/completions)
-    or text of input_len words (chat). Distinct prompts keep the prefix cache from helping."""
+    """n distinct synthetic prompts: token-id lists of exactly input_len ids, or (as_text) text
+    of input_len words (the caller turns a token target into a word count, see calibrate_words).
+    Distinct prompts keep the prefix cache from helping."""
     rng = random.Random(seed)
     out = []
     for dummy in range(n):
@@ -768,7 +772,7 @@ def build_payload(endpoint, prompt, output_len, temperature, ignore_eos, model=N
 def new_record():
     return {"ok": False, "error": None, "start": None, "ttft": None, "e2e": None,
             "output_tokens": 0, "prompt_tokens": None, "chunks": [],
-            "spec_accept_length": None, "spec_verify_ct": None}
+            "spec_accept_length": None, "spec_verify_ct": None, "asked_output_len": None}
 
 
 def make_handler(endpoint, rec):
@@ -813,7 +817,8 @@ async def run_requests(client, path, payload_for, count, concurrency, endpoint, 
                        timeout=None, abort_after_conn_failures=None):
     """Run requests payload_for(0), payload_for(1), ... with exactly `concurrency` in flight
     (closed loop: a worker sends the next as soon as its previous one finished): `count` of
-    them, or, with deadline (perf_counter seconds), as many as start before it. Returns
+    them, or, with deadline (perf_counter seconds), as many as start before it. payload_for(i)
+    gives the body bytes, or (body bytes, asked output tokens). Returns
     (records, wall_s, cpu_fraction, lag_p99_ms)."""
     records = []
     state = {"next": 0, "conn_fail_streak": 0, "stop": False}
@@ -829,8 +834,10 @@ async def run_requests(client, path, payload_for, count, concurrency, endpoint, 
             state["next"] = i + 1
             rec = new_record()
             records.append(rec)
-            await client.stream(path, payload_for(i), make_handler(endpoint, rec), rec,
-                                timeout=timeout)
+            body = payload_for(i)
+            if isinstance(body, tuple):
+                body, rec["asked_output_len"] = body
+            await client.stream(path, body, make_handler(endpoint, rec), rec, timeout=timeout)
             if rec["ok"]:
                 state["conn_fail_streak"] = 0
             elif rec["error"] and rec["error"].startswith("cannot connect"):
@@ -883,7 +890,8 @@ DEFAULTS = {
     "input_len": 1024, "output_len": 1024, "temperature": 0.0, "ignore_eos": None,
     "dataset": "random", "prompts": None, "seed": 42, "repeats": 1, "confidence": 0.95,
     "timeout": 600.0, "flush_cache": False, "time_scale": 1.0, "steady_state_ratio": 0.9,
-    "warmup_output_len": 16,
+    "warmup_output_len": 16, "prompt_format": "auto", "fail_on_empty_level": True,
+    "max_failure_rate": 0.0,
 }
 
 # figures that get a Student-t interval over repeats: (path in the level dict, output key)
@@ -921,6 +929,7 @@ def plan(cfg):
         levels.append(item)
     return {"url": cfg["url"], "endpoint": cfg["endpoint"],
             "path": ENDPOINT_PATHS[cfg["endpoint"]], "levels": levels,
+            "prompt_format": cfg.get("prompt_format", "auto"),
             "dataset": cfg["dataset"], "input_len": cfg["input_len"],
             "output_len": cfg["output_len"], "temperature": cfg["temperature"],
             "ignore_eos": cfg["ignore_eos"], "flush_cache": cfg["flush_cache"]}
@@ -962,6 +971,8 @@ async def _preflight(client, cfg, warnings):
         warnings.append("GET /server_info answered HTTP %s; the server-side accept length from "
                         "/server_info is not available" % status)
         info = None
+    elif not isinstance(info, dict):
+        info = None
     if isinstance(info, dict):
         server["version"] = info.get("version")
         for key in ("model_path", "served_model_name", "tp_size", "speculative_algorithm",
@@ -976,7 +987,8 @@ async def _preflight(client, cfg, warnings):
                         "accept length from counters); falling back to /server_info and "
                         "per-request meta_info")
     model = cfg.get("model")
-    if cfg["endpoint"] != "generate" and not model:
+    models = None
+    if cfg["endpoint"] != "generate" or not is_sglang_info(info):
         try:
             st, models, dummy = await client.get_json("/v1/models", timeout=probe_t)
         except ClientError:
@@ -984,26 +996,149 @@ async def _preflight(client, cfg, warnings):
         if st in (401, 403):
             raise BenchError("the server rejected the API key on /v1/models (HTTP %d): `api_key` "
                              "must equal the server's --api-key." % st)
+    if cfg["endpoint"] != "generate" and not model:
         try:
             model = models["data"][0]["id"]
         except (TypeError, KeyError, IndexError):
             model = server.get("served_model_name") or server.get("model_path") or "default"
             warnings.append("could not read the model id from /v1/models; using %r" % (model,))
     server["model"] = model
+    server["sglang"] = is_sglang_info(info) or is_sglang_models(models)
     return server, info
 
 
-def _random_payload(ep, cfg, ignore_eos, as_text, seed, i):
-    prompt = random_prompts(1, cfg["input_len"], "%d-%d" % (seed, i), as_text)[0]
-    return build_payload(ep, prompt, cfg["output_len"], cfg["temperature"], ignore_eos,
-                         cfg.get("model"))
+def is_sglang_info(info):
+    """A /server_info body as SGLang's (sglang/srt/entrypoints/http_server.py, server_info():
+    the server args with internal_states and version)."""
+    return isinstance(info, dict) and "version" in info and (
+        "internal_states" in info or "model_path" in info)
+
+
+def is_sglang_models(models):
+    """A /v1/models body as SGLang's (sglang/srt/entrypoints/openai/protocol.py, ModelCard:
+    owned_by defaults to "sglang")."""
+    try:
+        return any(isinstance(m, dict) and m.get("owned_by") == "sglang" for m in models["data"])
+    except (TypeError, KeyError):
+        return False
+
+
+async def _probe(client, ep, prompt, output_len, cfg):
+    """One unmeasured streamed request; returns its record."""
+    rec = new_record()
+    body = build_payload(ep, prompt, output_len, cfg["temperature"], True, cfg.get("model"))
+    await client.stream(ENDPOINT_PATHS[ep], body, make_handler(ep, rec), rec,
+                        timeout=min(cfg["timeout"], 120.0))
+    return rec
+
+
+async def resolve_prompt_format(client, cfg, server, warnings):
+    """('token_ids' | 'text', reason) for the synthetic workload on this endpoint and server."""
+    ep, want = cfg["endpoint"], cfg.get("prompt_format") or "auto"
+    if ep == "chat":
+        return "text", "chat messages are text"
+    if want != "auto":
+        return want, "set by prompt_format"
+    if ep == "generate":
+        return "token_ids", "SGLang's /generate takes input_ids"
+    if server.get("sglang"):
+        return "token_ids", "the server is SGLang, whose completions take token-id prompts"
+    # not SGLang: ask the server itself with one short token-id request
+    probe = random_prompts(1, min(cfg["input_len"], 16), "probe-%s" % cfg["seed"], False)[0]
+    rec = await _probe(client, ep, probe, 1, cfg)
+    if rec.get("ok"):
+        return "token_ids", "the server accepted a token-id prompt"
+    status = rec.get("http_status")
+    if status is not None and 400 <= status < 500:
+        return "text", "the server rejected a token-id prompt (HTTP %s: %s)" % (
+            status, bm.normalise_message(rec.get("error_message") or rec.get("error"), 80))
+    warnings.append("probe of token-id prompts failed without an answer (%s); using text"
+                    % bm.normalise_message(rec.get("error") or "unknown", 80))
+    return "text", "the token-id probe failed"
+
+
+async def _probe_mean_tokens(client, cfg, words, tag, n):
+    """Mean server-counted prompt tokens of n distinct text prompts of `words` words (one output
+    token each, sent together); (mean or None, first failed record or None)."""
+    ep = cfg["endpoint"]
+    prompts = random_prompts(n, words, "calibrate-%s-%s" % (cfg["seed"], tag), True)
+    bodies = [build_payload(ep, p, 1, cfg["temperature"], True, cfg.get("model"))
+              for p in prompts]
+    recs = (await run_requests(client, ENDPOINT_PATHS[ep], bodies.__getitem__, n, n, ep,
+                               timeout=min(cfg["timeout"], 120.0)))[0]
+    counts = [r["prompt_tokens"] for r in recs if r.get("ok") and r.get("prompt_tokens") is not None]
+    bad = [r for r in recs if not r.get("ok")]
+    return (bm.mean([float(c) for c in counts]) if len(counts) == n else None,
+            bad[0] if bad else None)
+
+
+async def calibrate_words(client, cfg, warnings, max_steps=4, per_step=4):
+    """Words per synthetic text prompt so that the server counts about input_len prompt tokens.
+
+    The server's own tokenizer (and, on chat, its chat template) decides the count, so it is
+    measured: `per_step` distinct probe prompts of w words with one output token each report
+    their usage.prompt_tokens, whose mean is t (words differ in token count, so one prompt
+    alone is noisy); two points give the linear fit t = a + b * w and the next w; a mean within
+    one token or 0.5 % of the target ends it. Returns (words, probes) with probes a list of
+    {'words', 'prompt_tokens'}; without a usage count the word count equals input_len."""
+    target = int(cfg["input_len"])
+    probes = []
+    w = target
+    for i in range(max_steps):
+        t, bad = await _probe_mean_tokens(client, cfg, w, i, per_step)
+        if t is None:
+            if not probes:
+                warnings.append("the server reported no prompt token count for a text prompt "
+                                "(%s); synthetic prompts are %d words, not calibrated to "
+                                "input_len tokens" % (
+                                    "no usage" if bad is None else
+                                    bm.normalise_message(bad.get("error") or "", 80), target))
+                return target, probes
+            break
+        probes.append({"words": w, "prompt_tokens": round(t, 2)})
+        if abs(t - target) <= max(1, 0.005 * target):
+            return w, probes
+        if len(probes) == 1:
+            nxt = int(round(w * target / float(t))) if t > 0 else w * 2
+        else:
+            (w1, t1), (w2, t2) = [(p["words"], p["prompt_tokens"]) for p in probes[-2:]]
+            slope = (t2 - t1) / float(w2 - w1) if w2 != w1 else 0.0
+            if slope <= 0:
+                break
+            nxt = int(round(w2 + (target - t2) / slope))
+        nxt = max(1, nxt)
+        if nxt == w:
+            break
+        w = nxt
+    best = min(probes, key=lambda p: abs(p["prompt_tokens"] - target))
+    if abs(best["prompt_tokens"] - target) > max(2, 0.05 * target):
+        warnings.append("synthetic text prompts reach %d prompt tokens at best for input_len %d "
+                        "(the server's tokenizer or chat template sets the floor)"
+                        % (best["prompt_tokens"], target))
+    return best["words"], probes
+
+
+def _random_payload(ep, cfg, ignore_eos, workload, seed, output_len, i):
+    as_text = workload["prompt_format"] == "text"
+    length = workload["words"] if as_text else cfg["input_len"]
+    prompt = random_prompts(1, length, "%s-%d" % (seed, i), as_text)[0]
+    return (build_payload(ep, prompt, output_len, cfg["temperature"], ignore_eos,
+                          cfg.get("model")), output_len)
+
+
+def _dataset_payload(ep, cfg, ignore_eos, prompt, cap=None):
+    n = int(prompt.get("output_len") or cfg["output_len"])
+    if cap is not None:
+        n = min(n, cap)
+    return (build_payload(ep, dict(prompt, output_len=n), n, cfg["temperature"], ignore_eos,
+                          cfg.get("model")), n)
 
 
 def _cycled(items, offset, i):
     return items[(i + offset) % len(items)]
 
 
-async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
+async def _run_level(client, cfg, c, prompts, server_has_info, warnings, workload):
     ep = cfg["endpoint"]
     path = ENDPOINT_PATHS[ep]
     scrape_t = min(cfg["timeout"], 30.0)
@@ -1012,23 +1147,28 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
     reps = []
     all_records = []
     server_lost = False
-    as_text = ep == "chat"
     for rep in range(cfg["repeats"]):
         n_warm = c if cfg.get("warmup") is None else int(cfg["warmup"])
         if n_warm > 0:
-            wprompts = random_prompts(n_warm, min(cfg["input_len"], 64),
-                                      cfg["seed"] + 7919 * (rep + 1) + c, as_text)
+            # the measured requests' shape (endpoint, prompt form, input length, ignore_eos);
+            # only the output is capped at warmup_output_len
             wlen = min(cfg["output_len"], cfg["warmup_output_len"])
-
-            wpayloads = [build_payload(ep, dict(wp, output_len=wlen), wlen, cfg["temperature"],
-                                       True, cfg.get("model")) for wp in wprompts]
+            if prompts is None:
+                wmake = functools.partial(_random_payload, ep, cfg, ignore_eos, workload,
+                                          "warm-%d-%d-%d" % (cfg["seed"], rep, c), wlen)
+                wpayloads = [wmake(i) for i in range(n_warm)]
+            else:
+                # from the end of the list, away from the prompts this level measures first
+                wpayloads = [_dataset_payload(ep, cfg, ignore_eos, prompts[-1 - (i % len(prompts))],
+                                              wlen) for i in range(n_warm)]
             wrecs = (await run_requests(client, path, wpayloads.__getitem__, n_warm,
                                         min(c, n_warm), ep, timeout=cfg["timeout"],
                                         abort_after_conn_failures=c))[0]
             bad = [r for r in wrecs if not r["ok"]]
             if bad and len(bad) == len(wrecs):
+                top = bm.error_groups(bad)[0]
                 level_warn.append("all %d warmup requests at C=%d failed: %s"
-                                  % (len(bad), c, bad[0]["error"]))
+                                  % (len(bad), c, top["key"]))
         if cfg["flush_cache"]:
             # after the warmup, so the server's lifetime average covers only measured requests
             try:
@@ -1046,15 +1186,14 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
             # the duration is in the server's (simulated) seconds, like every reported figure
             deadline = _now() + float(cfg["duration"]) * cfg["time_scale"]
         if prompts is None:
-            make = functools.partial(_random_payload, ep, cfg, ignore_eos, as_text,
-                                     cfg["seed"] + 1000003 * rep + c)
+            make = functools.partial(_random_payload, ep, cfg, ignore_eos, workload,
+                                     cfg["seed"] + 1000003 * rep + c, cfg["output_len"])
             # build payloads before the clock starts, so prompt generation is not measured
             # (a duration-bound level cannot know how many it needs: it builds them as it goes)
             payload_for = make if deadline is not None else \
                 [make(i) for i in range(count)].__getitem__
         else:
-            pre_all = [build_payload(ep, p, cfg["output_len"], cfg["temperature"], ignore_eos,
-                                     cfg.get("model")) for p in prompts]
+            pre_all = [_dataset_payload(ep, cfg, ignore_eos, p) for p in prompts]
             payload_for = functools.partial(_cycled, pre_all, (rep * count) % len(pre_all))
         records, wall, cpu, lag = await run_requests(
             client, path, payload_for, count, c, ep, deadline=deadline, timeout=cfg["timeout"],
@@ -1115,17 +1254,57 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings):
                                                cfg["confidence"])
                    for path_, out in CI_FIGURES} if len(reps) > 1 else None
     level["server_lost"] = server_lost
+    _judge_level(level, cfg, workload, prompts is None)
     for w in level_warn:
         warnings.append(w)
-    if level["failed"]:
-        top = sorted(level["errors"].items(), key=lambda kv: -kv[1])[0]
-        warnings.append("C=%d: %d of %d requests failed (most common: %s x%d)"
-                        % (c, level["failed"], level["failed"] + level["completed"],
-                           top[0], top[1]))
+    warnings.extend(level["level_warnings"])
     if level["client_limited"]:
         warnings.append("C=%d: figures may be limited by the benchmark client, not the server: %s"
                         % (c, level["client_limit_reason"]))
     return level
+
+
+def most_common_error(level):
+    groups = level.get("error_groups") or []
+    if not groups:
+        return "none recorded"
+    g = groups[0]
+    key = ("HTTP %s: %s" % (g["status"], g["message"])) if g["status"] is not None \
+        else g["message"]
+    return "%s (x%d)" % (key, g["count"])
+
+
+def _judge_level(level, cfg, workload, synthetic):
+    """Flags and warnings of one measured level: failures against max_failure_rate, a level
+    with no completed request, outputs shorter than asked under ignore_eos, prompts whose
+    server-counted length is far from input_len."""
+    c = level["concurrency"]
+    out = []
+    total = level["completed"] + level["failed"]
+    level["measured"] = level["completed"] > 0
+    rate = level.get("failure_rate")
+    level["failure_rate_exceeded"] = bool(rate is not None and rate > cfg["max_failure_rate"])
+    if not level["measured"]:
+        out.append("C=%d: no request completed (%d of %d failed; most common: %s); the level "
+                   "has no figures" % (c, level["failed"], total, most_common_error(level)))
+    elif level["failure_rate_exceeded"]:
+        out.append("C=%d: %d of %d requests failed (%.1f%%, above max_failure_rate %.1f%%); "
+                   "most common: %s" % (c, level["failed"], total, 100.0 * rate,
+                                        100.0 * cfg["max_failure_rate"], most_common_error(level)))
+    short = level.get("short_outputs") or 0
+    if short and cfg["ignore_eos"]:
+        out.append("C=%d: %d of %d completed requests ended short of the asked output length "
+                   "under ignore_eos (mean %.1f tokens per request, %.1f asked): the server "
+                   "ignores ignore_eos or caps the output; the figures describe shorter requests"
+                   % (c, short, level["completed"], level["output_tokens_per_request"] or 0.0,
+                      level["output_len_asked"] or 0.0))
+    level["ended_short"] = bool(short and cfg["ignore_eos"])
+    ptr = level.get("prompt_tokens_per_request")
+    if synthetic and ptr is not None and workload["prompt_format"] == "text":
+        if abs(ptr - cfg["input_len"]) > max(2.0, 0.05 * cfg["input_len"]):
+            out.append("C=%d: prompts averaged %.1f tokens as the server counts them, for "
+                       "input_len %d" % (c, ptr, cfg["input_len"]))
+    level["level_warnings"] = out
 
 
 def _add_accept(m, m_before, m_after, i_before, i_after):
@@ -1151,7 +1330,7 @@ def _add_accept(m, m_before, m_after, i_before, i_after):
         m["accept_length"], m["accept_length_source"] = None, None
 
 
-async def _bench(cfg, warnings):
+async def _bench(cfg, warnings, workload):
     client = Client(cfg["url"], cfg.get("api_key"), timeout=cfg["timeout"])
     levels = []
     server = None
@@ -1159,9 +1338,10 @@ async def _bench(cfg, warnings):
         server, info = await _preflight(client, cfg, warnings)
         if server.get("model") and not cfg.get("model"):
             cfg = dict(cfg, model=server["model"])
+        workload.update(await _workload(client, cfg, server, warnings))
         for c in cfg["concurrency"]:
             level = await _run_level(client, cfg, c, cfg.get("prompts"), server["server_info"],
-                                     warnings)
+                                     warnings, workload)
             levels.append(level)
             codes = [k for k in level["errors"] if k.startswith("HTTP 401") or
                      k.startswith("HTTP 403")]
@@ -1174,9 +1354,50 @@ async def _bench(cfg, warnings):
                     "the server at %s stopped answering during concurrency %d (%d requests "
                     "completed, %d failed at that level); results up to that point are in "
                     "`levels`" % (cfg["url"], c, level["completed"], level["failed"]), levels)
+            if not level["measured"] and cfg["fail_on_empty_level"]:
+                raise BenchError(
+                    "no request completed at concurrency %d: %d of %d failed, most common: %s.%s "
+                    "Nothing was measured; the levels up to this one are in `levels` (set "
+                    "fail_on_empty_level=false to record an empty level and go on)"
+                    % (c, level["failed"], level["failed"], most_common_error(level),
+                       _hint(level, workload, cfg)), levels)
     finally:
         client.close()
     return server, levels
+
+
+def _hint(level, workload, cfg):
+    statuses = set(g["status"] for g in level.get("error_groups") or [])
+    if workload.get("prompt_format") == "token_ids" and cfg["endpoint"] != "generate" and \
+            statuses & set((400, 422)) and cfg.get("prompts") is None:
+        return " The server may not take token-id prompts: set prompt_format=text."
+    return ""
+
+
+async def _workload(client, cfg, server, warnings):
+    """How the synthetic prompts are made on this server: prompt form and, for text, the word
+    count that reaches input_len tokens."""
+    out = {"synthetic": cfg.get("prompts") is None}
+    if cfg.get("prompts") is not None:
+        kinds = set("input_ids" if "input_ids" in p else "messages" if "messages" in p
+                    else "text" for p in cfg["prompts"])
+        want = cfg.get("prompt_format") or "auto"
+        if want == "text" and "input_ids" in kinds:
+            raise BenchError("prompt_format=text, but the dataset has input_ids lines; give text "
+                             "prompts or set prompt_format=auto")
+        if want == "token_ids" and kinds - set(["input_ids"]):
+            raise BenchError("prompt_format=token_ids, but the dataset has text or messages "
+                             "lines; the client has no tokenizer to turn them into ids")
+        out["prompt_format"] = "token_ids" if kinds == set(["input_ids"]) else "text"
+        out["prompt_format_reason"] = "as written in the dataset"
+        return out
+    fmt, why = await resolve_prompt_format(client, cfg, server, warnings)
+    out["prompt_format"], out["prompt_format_reason"] = fmt, why
+    if fmt == "text":
+        words, probes = await calibrate_words(client, cfg, warnings)
+        out["words"] = words
+        out["calibration"] = probes
+    return out
 
 
 def run_benchmark(cfg):
@@ -1187,14 +1408,16 @@ def run_benchmark(cfg):
     if full["ignore_eos"] is None:
         full["ignore_eos"] = full.get("prompts") is None
     warnings = []
+    workload = {}
     t0 = time.time()
     loop = asyncio.new_event_loop()
     try:
         asyncio.set_event_loop(loop)
         try:
-            server, levels = loop.run_until_complete(_bench(full, warnings))
+            server, levels = loop.run_until_complete(_bench(full, warnings, workload))
         except BenchError as exc:
-            exc.partial = _result(full, None, exc.partial or [], warnings, time.time() - t0)
+            exc.partial = _result(full, None, exc.partial or [], warnings, time.time() - t0,
+                                  workload)
             raise
     finally:
         try:
@@ -1202,7 +1425,7 @@ def run_benchmark(cfg):
         finally:
             asyncio.set_event_loop(None)
             loop.close()
-    return _result(full, server, levels, warnings, time.time() - t0)
+    return _result(full, server, levels, warnings, time.time() - t0, workload)
 
 
 def config_echo(cfg):
@@ -1213,8 +1436,8 @@ def config_echo(cfg):
     return out
 
 
-def _result(cfg, server, levels, warnings, duration):
+def _result(cfg, server, levels, warnings, duration, workload=None):
     return {"levels": levels,
             "by_concurrency": dict((str(lv["concurrency"]), lv) for lv in levels),
             "config": config_echo(cfg), "server": server, "duration_s": duration,
-            "warnings": warnings}
+            "workload": workload or {}, "warnings": warnings}

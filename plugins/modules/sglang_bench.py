@@ -43,6 +43,17 @@ description:
     may reflect the client rather than the server (CPU > 85% of one core or loop lag p99 > 5 ms).
   - Every request has a deadline (O(timeout)). A server that dies mid-run ends the module with a
     failure that still returns the levels measured so far.
+  - A level where no request completed has no figures. By default the module then fails, naming
+    the level, the number of failed requests and the most common error; the levels up to it are
+    returned. Failures at a level above O(max_failure_rate) are a warning and set
+    C(failure_rate_exceeded) on the level. Failed requests are grouped by HTTP status and a
+    normalised message (prompts a server echoes back removed, length bounded), with counts.
+  - It works against any OpenAI-compatible server, not only SGLang. The synthetic workload sends
+    token ids where the server takes them and text where it does not (O(prompt_format)); text
+    prompts are sized with the server's own token count (see O(prompt_format)). Each level
+    reports the prompt tokens per request as the server counted them (C(usage) /
+    C(meta_info)), the output tokens per request against the asked length, and warns when
+    requests end short under O(ignore_eos).
 author:
   - blackwell.sglang maintainers (@blackwell)
 options:
@@ -89,9 +100,54 @@ options:
     description:
       - Warmup requests before each level (and each repeat). They are not counted. They open the
         pooled connections and warm the server.
-      - They use short synthetic prompts and at most 16 output tokens.
+      - They have the measured requests' shape, on the same endpoint with the same prompt form,
+        input length and O(ignore_eos); only their output is capped at O(warmup_output_len). With
+        a dataset they are its prompts taken from the end of the list, away from the ones a level
+        measures first.
       - Default is the level's concurrency; C(0) turns warmup off.
     type: int
+  warmup_output_len:
+    description: Output tokens of a warmup request at most (O(output_len) when that is smaller).
+    type: int
+    default: 16
+  prompt_format:
+    description:
+      - How the synthetic (C(random)) prompts are sent.
+      - C(token_ids) sends lists of O(input_len) token ids (C(input_ids) on C(/generate), a
+        token-id C(prompt) on completions), exact in length.
+      - C(text) sends text of random words, sized so that the server counts about O(input_len)
+        prompt tokens. The server's tokenizer (and, on chat, its chat template) decides the
+        count, so the module measures it before the first level. Four distinct probe prompts of
+        w words (one output token each) report their C(usage.prompt_tokens). A linear fit over
+        two sizes gives the next w, up to four sizes, until the mean is within one token or
+        0.5%. The probes are returned in C(workload.calibration). A server that reports no
+        usage gets O(input_len) words and a warning.
+      - C(auto) picks C(token_ids) on C(/generate) and on a server that is SGLang (its
+        C(/server_info), or C(owned_by=sglang) in C(/v1/models)), C(text) on chat. On other
+        servers' completions it sends one short token-id request and uses C(token_ids) when it
+        is accepted, C(text) when it is refused with HTTP 4xx. The choice and why are in
+        C(workload).
+      - A dataset's prompts are sent as written. C(text) with C(input_ids) lines, or
+        C(token_ids) with text lines, is refused.
+    type: str
+    choices: [auto, token_ids, text]
+    default: auto
+  fail_on_empty_level:
+    description:
+      - Fail the module at the first level where no request completed. The message names the
+        level, the failed count and the most common error; the levels up to it are in C(levels).
+      - C(false) records such a level (C(measured=false), zero throughput, a warning) and goes on,
+        for callers that judge an empty level themselves.
+    type: bool
+    default: true
+  max_failure_rate:
+    description:
+      - Share of a level's requests (0 to 1) that may fail without a warning.
+      - Above it, the level gets C(failure_rate_exceeded=true) and a warning in
+        C(bench_warnings) with the most common error. The default C(0.0) warns at the first
+        failure.
+    type: float
+    default: 0.0
   input_len:
     description: Prompt length in tokens of the synthetic (C(random)) workload.
     type: int
@@ -113,8 +169,8 @@ options:
     type: bool
   dataset:
     description:
-      - C(random) is synthetic prompts of O(input_len) random token ids (text words for
-        O(endpoint=chat)). Each prompt is distinct, so the prefix cache does not help.
+      - C(random) is synthetic prompts of O(input_len) tokens, as token ids or text (see
+        O(prompt_format)). Each prompt is distinct, so the prefix cache does not help.
       - Otherwise, the path on the node of a JSONL file with one prompt per line. A line is a JSON
         string, or an object with C(prompt) or C(text) (a string), C(messages) (a chat list, only
         with O(endpoint=chat)) or C(input_ids). An optional C(output_len) / C(max_tokens) may be
@@ -219,6 +275,22 @@ EXAMPLES = r"""
     repeats: 3
     flush_cache: true
 
+- name: Completions on another OpenAI-compatible server; text prompts sized by its tokenizer
+  blackwell.sglang.sglang_bench:
+    url: http://127.0.0.1:8000
+    endpoint: completions
+    prompt_format: text
+    concurrency: [1, 8]
+    input_len: 512
+    output_len: 256
+    max_failure_rate: 0.02   # up to 2 % failed requests per level without a warning
+
+- name: Record a level where nothing completed instead of failing (the caller judges it)
+  blackwell.sglang.sglang_bench:
+    concurrency: [1, 64]
+    fail_on_empty_level: false
+  register: __bench
+
 - name: Against the simulator running 20x faster than real time
   blackwell.sglang.sglang_bench:
     url: http://127.0.0.1:31000
@@ -241,7 +313,26 @@ levels:
     concurrency: {description: "Requests in flight.", type: int}
     completed: {description: "Requests that finished with a full stream.", type: int}
     failed: {description: "Requests that failed (HTTP error, timeout, malformed or cut stream).", type: int}
-    errors: {description: "Failure reasons with their counts.", type: dict}
+    errors:
+      description:
+        - >-
+          Failure reasons with their counts, keyed by "HTTP status: message" or the client's
+          message (timeout, cut stream). The message is normalised (echoed prompts removed, at
+          most 160 characters), so identical failures share one key.
+      type: dict
+    error_groups: {description: "The same groups as a list, most frequent first; each has status (null without an HTTP answer), message and count.", type: list}
+    failure_rate: {description: "failed / (completed + failed); null without requests.", type: float}
+    failure_rate_exceeded: {description: "failure_rate is above O(max_failure_rate).", type: bool}
+    measured: {description: "At least one request completed, so the level has figures.", type: bool}
+    output_tokens_per_request: {description: "Mean output tokens of a completed request (server count).", type: float}
+    output_len_asked: {description: "Mean output length asked of the completed requests.", type: float}
+    short_outputs: {description: "Completed requests with fewer output tokens than asked.", type: int}
+    ended_short: {description: "Requests ended short under O(ignore_eos); the figures describe shorter requests than asked.", type: bool}
+    prompt_tokens_per_request:
+      description: Mean prompt tokens of a completed request as the server counted them (usage or meta_info); null when it does not say.
+      type: float
+    finish_reasons: {description: "Completed requests per finish reason (length, stop, ...).", type: dict}
+    level_warnings: {description: "The warnings about this level (also in bench_warnings).", type: list}
     duration_s: {description: "Wall time of the level, first send to last completion.", type: float}
     total_output_tokens: {description: "Output tokens of completed requests (server count).", type: int}
     total_input_tokens: {description: "Prompt tokens of completed requests (server count).", type: int}
@@ -304,8 +395,25 @@ duration_s:
   description: Wall-clock seconds of the whole benchmark.
   returned: success
   type: float
-warnings:
-  description: Non-fatal problems (failed requests, missing /metrics, client limits).
+workload:
+  description:
+    - How the prompts were sent. C(synthetic), C(prompt_format) (token_ids or text) and
+      C(prompt_format_reason).
+    - For synthetic text prompts also C(words) (words per prompt) and C(calibration) (the
+      probes, each C(words) and mean C(prompt_tokens)).
+  returned: success, and on failure as far as it was decided
+  type: dict
+  sample:
+    synthetic: true
+    prompt_format: text
+    prompt_format_reason: "the server rejected a token-id prompt (HTTP 422: body.prompt: Input should be a valid string)"
+    words: 511
+    calibration: [{words: 1000, prompt_tokens: 1958.25}, {words: 511, prompt_tokens: 998.25}]
+bench_warnings:
+  description:
+    - Non-fatal problems (failures above O(max_failure_rate), empty levels with
+      O(fail_on_empty_level=false), outputs ending short under O(ignore_eos), missing
+      C(/metrics), client limits). Each is also shown as an Ansible warning.
   returned: always
   type: list
   elements: str
@@ -316,8 +424,8 @@ would_run:
 ansible_facts:
   description:
     - C(sglang_bench) holds the level dicts keyed by concurrency as strings ("1", "2", ...).
-    - It also holds C(levels), C(config), C(server), C(duration_s) and C(warnings), as in the
-      top-level results.
+    - It also holds C(levels), C(config), C(server), C(duration_s), C(workload) and C(warnings)
+      (the C(bench_warnings)), as in the top-level results.
   returned: success
   type: dict
 """
@@ -337,7 +445,7 @@ def _validate(module, p):
     bad = [c for c in conc if c is None or c < 1]
     if bad:
         module.fail_json(msg="concurrency levels must be >= 1; got %s" % bad)
-    for key in ("num_prompts", "input_len", "output_len", "repeats"):
+    for key in ("num_prompts", "input_len", "output_len", "repeats", "warmup_output_len"):
         if p[key] is not None and p[key] < 1:
             module.fail_json(msg="%s must be >= 1; got %s" % (key, p[key]))
     if p["warmup"] is not None and p["warmup"] < 0:
@@ -352,6 +460,12 @@ def _validate(module, p):
     if not 0 < p["steady_state_ratio"] <= 1:
         module.fail_json(msg="steady_state_ratio must be in (0, 1]; got %s"
                          % p["steady_state_ratio"])
+    if not 0 <= p["max_failure_rate"] <= 1:
+        module.fail_json(msg="max_failure_rate is a fraction of the level's requests, within "
+                             "[0, 1]; got %s" % p["max_failure_rate"])
+    if p["endpoint"] == "chat" and p["prompt_format"] == "token_ids":
+        module.fail_json(msg="prompt_format=token_ids does not fit endpoint=chat (chat messages "
+                             "are text); use prompt_format=auto or text")
     if p["temperature"] < 0:
         module.fail_json(msg="temperature must be >= 0; got %s" % p["temperature"])
     if not p["url"].startswith("http://"):
@@ -428,6 +542,10 @@ def main():
             flush_cache=dict(type="bool", default=False),
             time_scale=dict(type="float", default=1.0),
             steady_state_ratio=dict(type="float", default=0.9),
+            prompt_format=dict(type="str", default="auto", choices=["auto", "token_ids", "text"]),
+            fail_on_empty_level=dict(type="bool", default=True),
+            max_failure_rate=dict(type="float", default=0.0),
+            warmup_output_len=dict(type="int", default=16),
         ),
         mutually_exclusive=[["num_prompts", "duration"]],
         supports_check_mode=True,
@@ -448,7 +566,8 @@ def main():
     except sc.BenchError as exc:
         partial = exc.partial or {}
         module.fail_json(msg=str(exc), levels=partial.get("levels", []),
-                         config=partial.get("config"), bench_warnings=partial.get("warnings", []))
+                         config=partial.get("config"), workload=partial.get("workload"),
+                         bench_warnings=partial.get("warnings", []))
     except sc.ClientError as exc:
         module.fail_json(msg="benchmark client error: %s" % exc)
     except Exception as exc:  # pylint: disable=broad-except
@@ -457,7 +576,7 @@ def main():
                              "the exception shown by -vvv" % (type(exc).__name__, exc),
                          exception=traceback.format_exc())
     facts = dict(result["by_concurrency"])
-    for key in ("levels", "config", "server", "duration_s", "warnings"):
+    for key in ("levels", "config", "server", "duration_s", "workload", "warnings"):
         facts[key] = result[key]
     warnings = result.pop("warnings")
     for w in warnings:

@@ -1,5 +1,6 @@
 """Metric math of sglang_bench: percentiles, per-request rates, steady state, CI, counters."""
 
+import json
 import math
 import random
 import statistics
@@ -245,3 +246,49 @@ def test_steady_state_bridges_microsecond_handovers_only():
     # a real pause (0.5 s idle) splits it: the longest piece wins
     recs = [_rec(0.0, 0.0, 1.0, 11), _rec(1.5, 0.0, 2.0, 21)]
     assert bm.steady_state(recs, concurrency=1, ratio=1.0)["window_s"] == pytest.approx(2.0)
+
+
+# ------------------------------------------------------------------ errors
+def test_error_body_message_drops_echoed_prompts():
+    ids = list(range(1000, 1400))
+    fastapi = json.dumps({"detail": [{"type": "string_type", "loc": ["body", "prompt"],
+                                      "msg": "Input should be a valid string", "input": ids}]})
+    assert bm.error_body_message(fastapi) == "body.prompt: Input should be a valid string"
+    prompt = "lorem ipsum " * 200
+    openai = json.dumps({"error": {"message": "bad prompt '%s'" % prompt, "code": 400}})
+    assert bm.error_body_message(openai.encode()) == "bad prompt '…'"
+    listed = "prompt %s is too long" % ids
+    assert bm.normalise_message(listed) == "prompt […] is too long"
+    assert bm.error_body_message(b"Internal   Server\nError") == "Internal Server Error"
+    assert bm.error_body_message(json.dumps({"detail": "Not Found"})) == "Not Found"
+    long_text = "x" * 1000
+    out = bm.error_body_message(long_text)
+    assert len(out) == bm.ERROR_MESSAGE_LIMIT and out.endswith("…")
+    # short quoted values stay: they tell failures apart
+    assert bm.normalise_message("unknown model 'm1'") == "unknown model 'm1'"
+
+
+def test_error_groups_by_status_and_message():
+    recs = ([{"ok": False, "http_status": 400, "error_message": "bad prompt '%s'" % ("p%d " % i * 20),
+              "error": "HTTP 400 X: ..."} for i in range(5)]
+            + [{"ok": False, "http_status": 500, "error_message": "bad prompt 'short'"}] * 2
+            + [{"ok": False, "error": "timed out after 5.0s"}])
+    groups = bm.error_groups(recs)
+    assert [(g["status"], g["message"], g["count"]) for g in groups] == [
+        (400, "bad prompt '…'", 5), (500, "bad prompt 'short'", 2),
+        (None, "timed out after 5.0s", 1)]
+    m = bm.level_metrics(recs + [_rec(0.0, 0.01, 0.03, 3)], 1.0, 1)
+    assert m["errors"] == {"HTTP 400: bad prompt '…'": 5, "HTTP 500: bad prompt 'short'": 2,
+                           "timed out after 5.0s": 1}
+    assert m["failure_rate"] == 8 / 9.0
+
+
+def test_level_output_and_prompt_lengths():
+    a = dict(_rec(0.0, 0.01, 0.03, 4), asked_output_len=4, prompt_tokens=100,
+             finish_reason="length")
+    b = dict(_rec(0.0, 0.01, 0.03, 2), asked_output_len=4, prompt_tokens=98,
+             finish_reason={"type": "stop", "matched": 2})
+    m = bm.level_metrics([a, b], 1.0, 2)
+    assert m["output_tokens_per_request"] == 3.0 and m["output_len_asked"] == 4.0
+    assert m["short_outputs"] == 1 and m["prompt_tokens_per_request"] == 99.0
+    assert m["finish_reasons"] == {"length": 1, "stop": 1}
