@@ -72,10 +72,10 @@ def test_key_split_over_writes_at_every_position():
 
 def test_key_split_byte_by_byte_and_random_chunks():
     rng = random.Random(7)
-    text = b"".join(rng.choice([b"a", b"s3c", b"\n", KEY, KEY[:5], b"'"]) for _ in range(400))
+    text = b"".join(rng.choice([b"a", b"s3c", b"\n", KEY, KEY[:5], b"'"]) for _piece in range(400))
     expected = text.replace(KEY, b"<redacted>")
     assert stream(launcher.Redactor([KEY]), [bytes([b]) for b in text]) == expected
-    for _ in range(50):
+    for _round in range(50):
         cuts = sorted(rng.sample(range(1, len(text)), 30))
         chunks = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
         assert stream(launcher.Redactor([KEY]), chunks) == expected
