@@ -54,6 +54,13 @@ def test_release_logs_every_argument_with_only_watermark_secrets_hidden(wheel_so
     assert "    api_key: A[" in serving
 
 
+def test_release_answers_server_info_with_every_argument(wheel_source):
+    common = wheel_source("srt/utils/common.py")
+    assert "result = server_args.resolved_dict()" in _function(common, "build_server_info")
+    http = wheel_source("srt/entrypoints/http_server.py")
+    assert "build_server_info(server_args" in _function(http, "server_info")
+
+
 def test_sim_prints_the_same_line():
     line = launch_server.server_args_line({"model_path": "m", "api_key": "k-1", "tp_size": 4, "_internal": 1})
     assert line == "server_args={'model_path': 'm', 'api_key': 'k-1', 'tp_size': 4}"
