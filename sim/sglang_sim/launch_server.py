@@ -338,6 +338,15 @@ class Launcher(object):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def server_args_line(args):
+    """The one line 0.5.23 logs with every argument, the API key in clear: the main process,
+    srt/entrypoints/engine.py ``Engine._launch_subprocesses`` (``logger.info(f"server_args=
+    {_server_args_for_logging(server_args)}")``), a dict from ``ServerArgs.resolved_dict`` in
+    which ``redact_watermark_secrets`` (srt/sampling/watermarking/core.py) hides the watermark
+    keys only. Under systemd it lands in the journal."""
+    return "server_args=%r" % dict((k, v) for k, v in args.items() if not k.startswith("_"))
+
+
 def _strerror(exc):
     if exc.errno == errno.EADDRINUSE:
         return "address already in use"
@@ -365,9 +374,7 @@ def main(argv=None):
         return 1
     for w in warnings:
         log(w)
-    shown = ", ".join("%s=%r" % (k, v if k != "api_key" or v is None else "<redacted>")
-                      for k, v in args.items() if not k.startswith("_"))
-    log("server_args=ServerArgs(%s)" % shown)
+    log(server_args_line(args))
     try:
         os.makedirs(settings["state_dir"], exist_ok=True)
         probe = os.path.join(settings["state_dir"], ".probe-%d" % os.getpid())

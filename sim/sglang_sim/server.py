@@ -293,9 +293,11 @@ class Server(object):
         return await self.r_model_info(**kw)
 
     def server_info(self):
+        # 0.5.23 answers with every resolved argument, the API key included (the route needs the
+        # key): srt/entrypoints/http_server.py server_info -> srt/utils/common.py
+        # build_server_info (ServerArgs.resolved_dict; redact_watermark_secrets hides watermark
+        # keys only).
         info = {k: v for k, v in self.args.items() if not k.startswith("_")}
-        if info.get("api_key"):
-            info["api_key"] = "<redacted>"
         p = self.plan
         # managers/scheduler_components/internal_state.py get_internal_state: the resolved
         # args, then topology, memory_usage (memory_usage.py build_memory_usage) and, with

@@ -86,6 +86,8 @@ def exec_argv(unit_text):
     lines = [line for line in unit_text.splitlines() if line.startswith("ExecStart=")]
     assert len(lines) == 1, unit_text
     words = [w.replace("$$", "$").replace("%%", "%") for w in shlex.split(lines[0][len("ExecStart="):])]
+    if words[1].endswith("/sglang_launch_redacted.py"):  # it execs `python -m <module> ...` as given
+        words = words[:1] + words[2:]
     assert words[1:3] == ["-m", "sglang.launch_server"], words[:3]
     return words[3:]
 
@@ -218,3 +220,18 @@ def test_provenance_from_the_record_stays_comments(render):
     # A measurement run (record_write false) renders no provenance.
     text = render(_sglang_service_record_next={"record": record, "changed": True}, sglang_service_record_write=False)
     assert "sglang-chosen-by" not in text and "mtp_tune r1" not in text
+
+
+def _exec_words(text):
+    line = [line for line in text.splitlines() if line.startswith("ExecStart=")][0]
+    return shlex.split(line[len("ExecStart="):])
+
+
+def test_a_keyed_unit_starts_sglang_through_the_redacting_launcher(render):
+    launcher = "/usr/local/libexec/blackwell-sglang/sglang_launch_redacted.py"
+    words = _exec_words(render(sglang_service_api_key="k"))
+    assert words[:4] == ["/opt/sglang/venv/bin/python", launcher, "-m", "sglang.launch_server"]
+    # Nothing to hide without a key; redaction off starts SGLang directly.
+    for overrides in ({}, {"sglang_service_api_key": "k", "sglang_service_log_redaction": False}):
+        words = _exec_words(render(**overrides))
+        assert words[1:3] == ["-m", "sglang.launch_server"] and launcher not in words

@@ -39,3 +39,16 @@ def test_record_names_the_tuning_winner(host):
     unit = host.file(UNIT).content_string
     assert "--speculative-num-steps %d " % record["setting"]["speculative_num_steps"] in unit
     assert "# sglang-chosen-by: mtp_tune sequences at %s" % record["provenance"]["at"] in unit
+
+
+def test_journal_holds_no_served_key(host):
+    journal = host.run("journalctl --no-pager -o cat").stdout
+    assert "'api_key': '<redacted>'" in journal
+    for key in (KEY, "sequences-old-layout-key"):
+        assert key not in journal
+
+
+def test_main_pid_is_the_server(host):
+    main_pid = int(host.run("systemctl show -p MainPID --value sglang-qwen.service").stdout.strip())
+    argv = host.file("/proc/%d/cmdline" % main_pid).content_string.split("\0")
+    assert argv[1:3] == ["-m", "sglang_sim.launch_server"], argv

@@ -28,7 +28,10 @@ def test_unit_file_mode_and_owner(host):
 def test_unit_runs_steps3_with_release_flags(host):
     content = host.file(UNIT).content_string
     exec_line = [line for line in content.splitlines() if line.startswith("ExecStart=")][0]
-    assert exec_line.startswith("ExecStart=/opt/sglang/venv/bin/python -m sglang_sim.launch_server ")
+    # Keyed: through the launcher that keeps the key out of the journal, which execs the server.
+    assert exec_line.startswith("ExecStart=/opt/sglang/venv/bin/python "
+                                "/usr/local/libexec/blackwell-sglang/sglang_launch_redacted.py "
+                                "-m sglang_sim.launch_server ")
     for words in ("--speculative-num-steps 3", "--speculative-eagle-topk 1", "--speculative-num-draft-tokens 4",
                   "--speculative-algorithm NEXTN", "--tp-size 4", "--port 30000", "--config %s" % SECRETS):
         assert words in exec_line, words
@@ -129,3 +132,17 @@ def test_sim_install(host):
     assert facts["gpu_count"] == 4
     assert facts["backend"] == "sim"
     assert all(g["compute_cap"] for g in facts["gpus"])
+
+
+def test_main_pid_is_the_server_and_the_journal_never_has_the_key(host):
+    main_pid = int(host.run("systemctl show -p MainPID --value sglang-qwen.service").stdout.strip())
+    argv = host.file("/proc/%d/cmdline" % main_pid).content_string.split("\0")
+    assert argv[1:3] == ["-m", "sglang_sim.launch_server"], argv  # the launcher exec'd the server
+    # Its output filter: in the unit's cgroup, not a child of the server, no key in its argv.
+    filters = host.run("pgrep -f sglang_launch_redacted.py.--filter").stdout.split()
+    assert len(filters) == 1, filters
+    assert "sglang-qwen.service" in host.file("/proc/%s/cgroup" % filters[0]).content_string
+    assert host.run("ps -o ppid= -p %s" % filters[0]).stdout.strip() != str(main_pid)
+    journal = host.run("journalctl --no-pager -o cat -u sglang-qwen.service").stdout
+    assert "server_args={" in journal and "'api_key': '<redacted>'" in journal
+    assert KEY not in host.run("journalctl --no-pager -o cat").stdout
