@@ -11,12 +11,16 @@ unit or only to stop the failed one, and word what happened, so both roles decid
 
 Filters: sglang_service_rollback_action (restore / stop / none); sglang_service_start_report
 (the failure class, the journal line quoted, its hint and the rollback's outcome, as one record
-and one message).
+and one message); sglang_service_unit_base_url (where a unit's server listens, read from its
+ExecStart, so the restored unit is probed where it serves, not where the failed one tried to).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import re
+import shlex
 
 ACTIONS = ("restore", "stop", "none")
 
@@ -84,9 +88,43 @@ def sglang_service_start_report(wait, action="none", rollback_wait=None, unit=No
             "msg": text}
 
 
+def sglang_service_unit_base_url(text, fallback=None):
+    """Loopback base URL of the server a unit starts, from its ExecStart ``--host`` / ``--port``
+    (SGLang's defaults 127.0.0.1 and 30000 when absent); ``fallback`` when there is no ExecStart."""
+    if not text:
+        return fallback
+    joined = re.sub(r"\\\n", " ", str(text))
+    exec_line = None
+    for line in joined.splitlines():
+        if line.strip().startswith("ExecStart="):
+            exec_line = line.strip()[len("ExecStart="):].lstrip("-@:+!")
+    if exec_line is None:
+        return fallback
+    try:
+        words = shlex.split(exec_line)
+    except ValueError:
+        words = exec_line.split()
+    found = {"--host": "127.0.0.1", "--port": "30000"}
+    for i, word in enumerate(words):
+        flag, eq, inline = word.partition("=")
+        if flag in found:
+            value = inline if eq else (words[i + 1] if i + 1 < len(words) else None)
+            if value:
+                found[flag] = value
+    host = found["--host"]
+    if host in ("0.0.0.0", "", "127.0.0.1"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "[::1]"
+    elif ":" in host and not host.startswith("["):
+        host = "[%s]" % host
+    return "http://%s:%s" % (host, found["--port"])
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "sglang_service_rollback_action": sglang_service_rollback_action,
             "sglang_service_start_report": sglang_service_start_report,
+            "sglang_service_unit_base_url": sglang_service_unit_base_url,
         }

@@ -55,3 +55,16 @@ def test_long_lines_are_folded_and_cut():
     rep = f.sglang_service_start_report({"ready": False, "failure_line": "x  y\n" * 200}, "stop")
     assert len(rep["failure_line"]) == 300 and rep["failure_line"].endswith("...")
     assert "\n" not in rep["failure_line"]
+
+
+@pytest.mark.parametrize("text,url", [
+    ("[Service]\nExecStart=/opt/v/bin/python -m sglang.launch_server --model-path m --port 30001\n",
+     "http://127.0.0.1:30001"),
+    ("[Service]\nExecStart=/p -m s --host 0.0.0.0 \\\n  --port=31000 --tp-size 4\n", "http://127.0.0.1:31000"),
+    ("ExecStart=/p -m s --host :: --port 1\n", "http://[::1]:1"),
+    ("ExecStart=/p -m s --host 10.0.0.5\n", "http://10.0.0.5:30000"),
+    ("[Unit]\nDescription=no exec\n", "http://fallback:1"),
+    (None, "http://fallback:1"),
+])
+def test_unit_base_url(text, url):
+    assert f.sglang_service_unit_base_url(text, "http://fallback:1") == url
