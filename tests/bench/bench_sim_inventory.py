@@ -124,10 +124,10 @@ def main():
         load = subprocess.check_output(["uptime"], text=True).strip()
     except (OSError, subprocess.CalledProcessError):
         load = "-"
+    head = (scale, args.concurrency, args.input_len, args.output_len, args.num_prompts or "default",
+            objective, judged, os.cpu_count(), load)
     print("# sim inventory: time scale %s, levels %s, in/out %s/%s, num_prompts %s, objective %s "
-          "judged at C=%s; %d cores; %s" % (scale, args.concurrency, args.input_len, args.output_len,
-                                          args.num_prompts or "default", objective, judged,
-                                          os.cpu_count(), load))
+          "judged at C=%s; %d cores; %s" % head)
     print("| steps | C | per-request tok/s | aggregate tok/s | client CPU | lag p99 ms | limited |")
     print("|---|---|---|---|---|---|---|")
     judged_limited = 0
