@@ -193,7 +193,8 @@ def rollout_requested(steps=None, topk=None, draft_tokens=None, tuned=None):
     }
     if tuned:
         out["tuned_from"] = {"path": tuned.get("path"), "host": tuned.get("host"), "run": tuned.get("run"),
-                             "key": tuned.get("key"), "decided_by": tuned.get("decided_by")}
+                             "key": tuned.get("key"), "decided_by": tuned.get("decided_by"),
+                             "time_scale": tuned.get("time_scale")}
     label = dict(out)
     label.update(overrides)
     out["label"] = setting_label(label)
@@ -230,7 +231,8 @@ def rollout_tuned_setting(docs, host=None, source=None):
     unless ``host`` picks one: a rollout carries one setting.
 
     Returns ``{"steps", "topk", "draft_tokens", "key", "overrides", "figures": {C: {decode_tps_mean,
-    output_throughput, ...}}, "path", "host", "run", "decided_by"}``.
+    output_throughput, ...}}, "path", "host", "run", "decided_by", "time_scale"}`` (``time_scale``:
+    the tuning benchmark's, None when the file does not say).
     """
     if isinstance(docs, dict):
         docs = [docs]
@@ -270,9 +272,12 @@ def rollout_tuned_setting(docs, host=None, source=None):
         att = _winning_attempt(doc, dict(win, key=key))
         figures = dict((str(c), _figures(lvl)) for c, lvl in ((att or {}).get("metrics") or {}).items()
                        if str(c).isdigit())
+        # The figures read in the tuning benchmark's time base; the smoke bench uses the same one.
+        bench = (doc.get("settings") or {}).get("bench") or {}
         winners.append({"steps": steps, "topk": topk, "draft_tokens": draft, "key": key,
                         "overrides": overrides, "figures": figures, "path": path, "host": doc.get("host"),
-                        "run": doc.get("run"), "decided_by": win.get("decided_by")})
+                        "run": doc.get("run"), "decided_by": win.get("decided_by"),
+                        "time_scale": _opt_num(bench.get("time_scale"), "%s bench time_scale" % path)})
     if not winners:
         why = "; ".join(problems) if problems else "no results file for host %s" % host
         raise AnsibleFilterError("mtp_tune_from: no usable winner (%s)" % why)

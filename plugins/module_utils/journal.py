@@ -25,6 +25,10 @@ crash leaves several symptoms in one journal and the *cause* comes first in this
     visible GPUs), ``No CUDA GPUs are available``, no NVIDIA driver, or 0.5.23's own
     ``nvidia-smi failed`` / ``Failed to get GPU memory capacity from nvidia-smi``
     (``utils/common.py``).
+``model_missing``
+    ``--model-path`` names no local folder and no model in the node's cache: the model config
+    load at startup (srt/utils/hf_transformers/config.py ``get_config`` -> transformers
+    ``AutoConfig.from_pretrained``) raises before any GPU work.
 ``cuda_graph_capture``
     ``Capture cuda graph failed`` (or an OOM while a capture was in progress). Fix: smaller
     cuda-graph max batch size, lower mem fraction, fewer speculative steps.
@@ -61,6 +65,7 @@ FAILURE_CLASSES = (
     "no_gpu",
     "bad_args",
     "port_in_use",
+    "model_missing",
     "timeout",
     "unknown",
 )
@@ -68,6 +73,19 @@ FAILURE_CLASSES = (
 READY_PATTERN = re.compile(r"The server is fired up and ready to roll!")
 
 _I = re.IGNORECASE
+
+# What transformers / huggingface_hub raise from SGLang 0.5.23's model config load
+# (srt/utils/hf_transformers/config.py get_config -> HfModelConfigParser.parse ->
+# AutoConfig.from_pretrained) when --model-path is neither a local folder nor a cached model:
+# an absolute path fails huggingface_hub's repo-id check, an unknown id is not on the Hub, an
+# offline node finds nothing in its cache, a folder without config.json has no model.
+_MODEL_MISSING = (
+    re.compile(r"HFValidationError: Repo id must be in the form"),
+    re.compile(r"Incorrect path_or_model_id: "),
+    re.compile(r"is not a local folder and is not a valid model identifier"),
+    re.compile(r"couldn't find (it|them) in the cached files"),
+    re.compile(r"does not appear to have a file named config\.json"),
+)
 
 # (class, patterns) in decision order; see the module docstring for why this order.
 _RULES = (
@@ -97,6 +115,7 @@ _RULES = (
         re.compile(r"RuntimeError: nvidia-smi failed \(exit code"),
         re.compile(r"RuntimeError: Failed to get GPU memory capacity from nvidia-smi"),
     )),
+    ("model_missing", _MODEL_MISSING),
     ("cuda_graph_capture", (
         re.compile(r"Capture cuda graph failed", _I),
     )),
@@ -154,6 +173,9 @@ HINTS = {
     "bad_args": "SGLang rejected its command line: check the rendered ExecStart against the "
                 "pinned release's flags (extra args, choices, flag names).",
     "port_in_use": "The HTTP port is already taken: stop the other listener or change the port.",
+    "model_missing": "SGLang found no model at sglang_service_model_path: copy the weights there "
+                     "(a folder with config.json) or put the model in the service user's Hugging "
+                     "Face cache (nodes are offline), or fix the path.",
     "timeout": "The server did not become ready in time: raise the wait timeout, or look for a "
                "hang (health answers but no tokens are generated).",
     "unknown": "No known failure pattern in the journal: read the journal tail.",

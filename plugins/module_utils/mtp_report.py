@@ -264,13 +264,55 @@ def _label(att):
     return text
 
 
-def _cell(level):
+def _cell(level, mark_limited=True):
     m = level_metrics(level)
     if m["failed"]:
         return "%d failed" % int(m["failed"])
     pr, ag = m["decode_tps_mean"], m["output_throughput"]
     return "%s / %s%s" % ("-" if pr is None else "%.0f" % pr, "-" if ag is None else "%.0f" % ag,
-                          " (c)" if m["client_limited"] else "")
+                          " (c)" if m["client_limited"] and mark_limited else "")
+
+
+def judged_levels(doc):
+    """The concurrency levels the objective is judged at: the run's level (latency, throughput,
+    an SLO at one level), or every level for an SLO over all of them."""
+    s = doc.get("settings") or {}
+    level = as_number(s.get("level"))
+    if level is not None:
+        return [int(level)]
+    if s.get("objective") == "slo":
+        return levels_of(doc)
+    return []
+
+
+def limited_cells_that_matter(doc):
+    """``(attempt index, level)`` of the client-limited cells that could change the result.
+
+    A client-limited figure understates the server. That matters only at a level the objective
+    is judged at, and not for the winner's own scored cell (a higher true figure keeps the same
+    winner); anywhere else at a judged level, the true figure might have won.
+    """
+    judged = set(judged_levels(doc))
+    winner = doc.get("winner") or {}
+    win_key, win_ov = winner.get("key"), winner.get("overrides") or {}
+    win_level = as_number((winner.get("score") or {}).get("level"))
+    out = []
+    win_seen = False
+    for i, att in enumerate(doc.get("attempts") or []):
+        if att.get("status") != "ok":
+            continue
+        is_win = (not win_seen and win_key is not None and attempt_key(att) == win_key
+                  and (att.get("overrides") or {}) == win_ov)
+        win_seen = win_seen or is_win
+        for c, lv in (att.get("metrics") or {}).items():
+            if not str(c).isdigit() or int(c) not in judged:
+                continue
+            if not level_metrics(lv)["client_limited"]:
+                continue
+            if is_win and win_level is not None and int(c) == int(win_level):
+                continue
+            out.append((i, int(c)))
+    return out
 
 
 def _failure_text(att):
@@ -330,7 +372,8 @@ def render_summary(doc):
     win_key = winner.get("key")
     win_ov = winner.get("overrides") or {}
     marked = False
-    for att in doc.get("attempts") or []:
+    matter = set(limited_cells_that_matter(doc))
+    for i, att in enumerate(doc.get("attempts") or []):
         label = _label(att)
         is_win = (not marked and attempt_key(att) == win_key and att.get("status") == "ok"
                   and (att.get("overrides") or {}) == win_ov)
@@ -340,18 +383,24 @@ def render_summary(doc):
         tm = att.get("timings") or {}
         if att.get("status") == "ok":
             metrics = att.get("metrics") or {}
-            cells = [_cell(metrics.get(str(c))) if str(c) in metrics else "-" for c in levels]
+            cells = [_cell(metrics.get(str(c)), (i, c) in matter) if str(c) in metrics else "-"
+                     for c in levels]
         elif att.get("status") == "skipped":
             cells = ["skipped: %s" % (att.get("reason") or "cannot win")] + [""] * (len(levels) - 1)
         else:
             cells = [_failure_text(att)] + [""] * (len(levels) - 1)
         out.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), _duration(tm.get("launch_s")),
                                               _duration(tm.get("bench_s"))))
-    limited = any(level_metrics(lv)["client_limited"] for a in doc.get("attempts") or []
-                  if a.get("status") == "ok" for lv in (a.get("metrics") or {}).values())
-    if limited:
+    limited = sum(1 for a in doc.get("attempts") or [] if a.get("status") == "ok"
+                  for lv in (a.get("metrics") or {}).values() if level_metrics(lv)["client_limited"])
+    if matter:
         out += ["", "(c): the benchmark client was close to its own limit at this level (sglang_bench "
-                "client_limited); the figure may understate the server."]
+                "client_limited); the figure may understate the server, and a higher true figure "
+                "could change the result."]
+    if limited > len(matter):
+        out += ["", "%d more cell(s) were client-limited where it cannot change the result (levels "
+                "the objective does not judge, or the winner's own scored figure); they are not "
+                "marked (results.csv has client_limited for every cell)." % (limited - len(matter))]
     comp = doc.get("comparison")
     if comp:
         out += ["", "## Runs compared (same host, next to this one)", "",

@@ -45,22 +45,42 @@ def _fail_args(exc):
 
 
 def _check_model_path(path):
-    """Local paths must exist; HF ids must be in the sim catalog (nodes are offline)."""
+    """None when --model-path names a model the node has, else the traceback text SGLang dies with.
+
+    0.5.23 loads the model config while resolving its arguments (srt/server_args.py
+    ServerArgs.resolve_once -> srt/arg_groups/pipeline.py run_resolution_pipeline ->
+    srt/utils/hf_transformers/config.py get_config -> HfModelConfigParser.parse ->
+    transformers AutoConfig.from_pretrained, transformers==5.19.0 as the wheel pins it).
+    transformers looks a path that is not a folder up on the Hub: huggingface_hub refuses an
+    absolute path as a repo id (HFValidationError, re-raised by transformers' cached_files as
+    OSError "Incorrect path_or_model_id"); an id that is not in the cache fails offline (sim
+    nodes have no network) with "couldn't find them in the cached files".
+    HF ids of the sim catalog count as cached, and any existing local path as a model.
+    """
+    frames = ('  File "sglang/launch_server.py", in <module>\n'
+              '  File "sglang/srt/server_args.py", in resolve_once\n'
+              '  File "sglang/srt/arg_groups/pipeline.py", in run_resolution_pipeline\n'
+              '  File "sglang/srt/utils/hf_transformers/config.py", in get_config\n'
+              '  File "sglang/srt/utils/hf_transformers/config.py", in parse\n'
+              '  File "transformers/utils/hub.py", in cached_files\n')
     if path.startswith(("/", "./", "../", "~")):
         expanded = os.path.expanduser(path)
         if not os.path.exists(expanded):
-            return ("huggingface_hub.errors.HFValidationError: Repo id must be in the form "
-                    "'repo_name' or 'namespace/repo_name': '%s'. Use `repo_type` argument if "
-                    "needed." % path)
+            return (frames + "huggingface_hub.errors.HFValidationError: Repo id must be in the "
+                    "form 'repo_name' or 'namespace/repo_name': '%s'. Use `repo_type` argument "
+                    "if needed.\n\nThe above exception was the direct cause of the following "
+                    "exception:\n\nTraceback (most recent call last):\n%s"
+                    "OSError: Incorrect path_or_model_id: '%s'. Please provide either the path "
+                    "to a local folder or the repo_id of a model on the Hub." % (path, frames, path))
         return None
     if path in config.CATALOG:
         return None
     if os.path.isdir(path):
         return None
-    return ("OSError: %s is not a local folder and is not a valid model identifier listed on "
-            "'https://huggingface.co/models'\nIf this is a private repository, make sure to pass "
-            "a token having permission to this repo either by logging in with `hf auth login` or "
-            "by passing `token=<your_token>`" % path)
+    return (frames + "OSError: We couldn't connect to 'https://huggingface.co' to load the files, "
+            "and couldn't find them in the cached files.\nCheck your internet connection or see "
+            "how to run the library in offline mode at "
+            "'https://huggingface.co/docs/transformers/installation#offline-mode'.")
 
 
 def _ensure_devices(dev_dir, count):
@@ -369,8 +389,7 @@ def main(argv=None):
         _fail_args(exc)
     err = _check_model_path(args["model_path"])
     if err:
-        sys.stderr.write("Traceback (most recent call last):\n"
-                         '  File "sglang/srt/server_args.py", in prepare_server_args\n%s\n' % err)
+        sys.stderr.write("Traceback (most recent call last):\n%s\n" % err)
         return 1
     for w in warnings:
         log(w)

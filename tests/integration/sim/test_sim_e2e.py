@@ -464,3 +464,19 @@ def test_client_disconnect_aborts_the_request(server):
     assert metrics["sglang:num_running_reqs"] == 0
     assert "socket.send() raised exception" not in server.output
     assert "Traceback" not in server.output
+
+
+@pytest.mark.parametrize("model", ["/models/does-not-exist", "Qwen/Not-In-The-Cache"])
+def test_missing_model_dies_as_0_5_23_and_is_classified(tmp_path, model):
+    # The last traceback line is what a journal reader quotes: it must name the path/id and be
+    # classified model_missing, never unknown.
+    from ansible_collections.blackwell.sglang.plugins.module_utils import journal
+    r = subprocess.run([sys.executable, "-m", "sglang_sim.launch_server", "--model-path", model],
+                       env=sim_env(tmp_path), capture_output=True, text=True, check=False)
+    assert r.returncode == 1 and r.stderr.startswith("Traceback (most recent call last):")
+    cls, line = journal.classify(r.stderr.splitlines())
+    assert cls == "model_missing"
+    assert line.startswith(("huggingface_hub.errors.HFValidationError", "OSError: We couldn't connect"))
+    if model.startswith("/"):
+        assert model in line and ("OSError: Incorrect path_or_model_id: '%s'" % model) in r.stderr
+    assert "sglang_service_model_path" in journal.hint(cls)

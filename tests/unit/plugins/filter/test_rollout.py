@@ -317,3 +317,14 @@ def test_kind_tells_apart_nodes_of_another_model_or_tp():
     assert f.rollout_kind(b200, names) not in kinds
     assert f.rollout_kind({}, names) == "sglang_service_model_path=unset, sglang_service_tp=unset"
     assert f.rollout_kind(rtx, []) == ""
+
+
+def test_tuned_setting_carries_the_tuning_time_scale_to_the_smoke():
+    # The smoke bench reads in the tuning benchmark's time base, so its figures compare with the
+    # tuned ones; an older results file without it leaves the choice to the inventory.
+    assert f.rollout_tuned_setting([as_item(results_doc())])["time_scale"] is None
+    d = results_doc()
+    d["settings"]["bench"] = {"time_scale": 0.5, "input_len": 256}
+    tuned = f.rollout_tuned_setting([as_item(d)])
+    assert tuned["time_scale"] == 0.5
+    assert f.rollout_requested(tuned=tuned)["tuned_from"]["time_scale"] == 0.5

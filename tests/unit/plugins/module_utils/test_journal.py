@@ -223,3 +223,37 @@ def test_memory_hints_name_the_levers_of_their_pool():
         assert "mem_fraction_static" in journal.hint(cls)
     assert "max_running_requests" in journal.hint("oom_hybrid_state")
     assert "cuda_graph_max_bs_decode" in journal.hint("cuda_graph_capture")
+# --model-path that is no folder and no cached model: SGLang 0.5.23 dies while resolving its
+# arguments (srt/utils/hf_transformers/config.py get_config -> AutoConfig.from_pretrained).
+MODEL_MISSING = lines(
+    "Traceback (most recent call last):",
+    '  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/utils/hf_transformers/config.py", line 373, in get_config',
+    "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+    "'/models/missing'. Use `repo_type` argument if needed.",
+    "The above exception was the direct cause of the following exception:",
+    "OSError: Incorrect path_or_model_id: '/models/missing'. Please provide either the path to a local folder "
+    "or the repo_id of a model on the Hub.",
+    "sglang-qwen.service: Main process exited, code=exited, status=1/FAILURE",
+)
+
+MODEL_NOT_CACHED = lines(
+    "OSError: We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the "
+    "cached files.",
+)
+
+
+def test_model_missing_has_its_own_class_and_quotes_the_line():
+    cls, line = journal.classify(MODEL_MISSING)
+    assert cls == "model_missing"
+    assert "'/models/missing'" in line and "HFValidationError" in line
+    assert journal.is_fatal(MODEL_MISSING)
+    assert "sglang_service_model_path" in journal.hint(cls)
+    assert journal.hint(cls) != journal.hint("unknown")
+    assert journal.classify(MODEL_NOT_CACHED)[0] == "model_missing"
+    assert "model_missing" in journal.FAILURE_CLASSES
+
+
+def test_model_missing_does_not_take_a_memory_failure():
+    # A crash that loaded weights has a model: its memory class wins over any later noise.
+    assert journal.classify(KV_OOM)[0] == "oom_kv_cache"
+    assert journal.classify(lines("Loading safetensors checkpoint shards: 100% Completed"))[0] == "unknown"

@@ -106,9 +106,47 @@ def test_summary_without_winner_and_with_failed_requests():
     md = R.render_summary(d)
     assert "Winner: none yet" in md and "| 3 (4) | 234 / 230 | 3 failed |" in md
     assert "(c)" not in md
-    d["attempts"][1]["metrics"]["32"]["client_limited"] = True
+    d["attempts"][1]["metrics"]["1"]["client_limited"] = True
     md = R.render_summary(d)
-    assert "| 4 (5) | 277 / 270 | 52 / 1750 (c) |" in md and "(c): the benchmark client was close" in md
+    assert "| 4 (5) | 277 / 270 (c) | 52 / 1750 |" in md and "(c): the benchmark client was close" in md
+
+
+def _limited(d, idx, c):
+    d["attempts"][idx]["metrics"][str(c)]["client_limited"] = True
+
+
+def test_limited_cells_are_marked_only_where_they_could_change_the_result():
+    d = doc()  # latency at C=1, winner steps 4 (attempt 1)
+    for idx in (0, 1, 3):
+        _limited(d, idx, 32)            # C=32 is not judged: cannot change a latency winner
+    _limited(d, 1, 1)                   # the winner's own scored cell: a higher figure keeps it
+    assert R.limited_cells_that_matter(d) == []
+    md = R.render_summary(d)
+    table = md.split("| steps", 1)[1].split("\n\n", 1)[0]
+    assert "| 52 / 1750 |" in table and "(c)" not in table
+    assert "4 more cell(s) were client-limited where it cannot change the result" in md
+    _limited(d, 0, 1)                   # a loser at the judged level: its true figure might win
+    assert R.limited_cells_that_matter(d) == [(0, 1)]
+    md = R.render_summary(d)
+    assert "| 3 (4) | 234 / 230 (c) | 60 / 1979 |" in md and "could change the result" in md
+    assert "| **4 (5)** (winner) | 277 / 270 | 52 / 1750 |" in md
+    assert "4 more cell(s)" in md
+
+
+def test_limited_cells_for_throughput_and_slo_objectives():
+    d = doc()
+    d["settings"].update(objective="throughput", level=32)
+    d["winner"]["score"] = {"value": 1979.0, "level": 32}
+    d["winner"]["key"] = "s3-k1-d4"
+    _limited(d, 1, 32)
+    _limited(d, 1, 1)
+    assert R.limited_cells_that_matter(d) == [(1, 32)]
+    d["settings"].update(objective="slo", level=None)
+    assert R.judged_levels(d) == [1, 32]
+    assert R.limited_cells_that_matter(d) == [(1, 1), (1, 32)]
+    d["winner"] = None
+    _limited(d, 0, 32)
+    assert (0, 32) in R.limited_cells_that_matter(d)
 
 
 def test_json_is_stable_and_nan_becomes_null():

@@ -1,0 +1,116 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Checks and advice of the mtp_tune role that are decided without a server.
+
+mtp_tune_dataset_problems: what is wrong with a benchmark prompt file, read on the node before
+any server launch (the same JSONL rules the benchmark client applies, for the endpoint it uses).
+mtp_tune_no_winner_hint: what to change when no candidate won, fitted to why they lost (memory
+failures, a model that is not there, an SLO no candidate met, a benchmark that failed), so the
+advice never names a lever that cannot help.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import journal
+from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_client import load_jsonl
+
+MEMORY_CLASSES = ("oom_kv_cache", "cuda_graph_capture", "cuda_oom")
+
+
+def mtp_tune_dataset_problems(text, path="dataset", endpoint="generate", truncated=False):
+    """Problems of the JSONL prompt file ``text`` (read from ``path``); empty when usable.
+
+    Each line must be a JSON string or an object with ``prompt``, ``text`` or ``input_ids``
+    (``messages`` only with ``endpoint=chat``), with an optional integer ``output_len`` /
+    ``max_tokens`` / ``max_new_tokens``, as blackwell.sglang.sglang_bench reads it.
+    ``truncated``: only the start of a larger file was read; its last, partial line is skipped.
+    """
+    if text is None:
+        return ["%s could not be read" % path]
+    lines = str(text).splitlines()
+    if truncated and lines:
+        lines = lines[:-1]
+    problems = []
+    try:
+        prompts = load_jsonl(lines, source=path)
+    except ValueError as exc:
+        return [str(exc)]
+    if endpoint != "chat":
+        for i, item in enumerate(prompts, 1):
+            if "messages" in item:
+                problems.append("%s prompt %d is a chat 'messages' list, which the %s endpoint "
+                                "cannot send (use prompt, text or input_ids)" % (path, i, endpoint))
+                break
+    for i, item in enumerate(prompts, 1):
+        if item.get("output_len") is not None and item["output_len"] < 1:
+            problems.append("%s prompt %d asks for %d output tokens (must be >= 1)"
+                            % (path, i, item["output_len"]))
+            break
+    return problems
+
+
+def _failure_classes(attempts):
+    out = []
+    for att in attempts or []:
+        if att.get("status") == "failed":
+            cls = att.get("failure_class") or "unknown"
+            if cls not in out:
+                out.append(cls)
+    return out
+
+
+def mtp_tune_no_winner_hint(attempts, objective="latency", fit_retry=False, fit_classes=None,
+                            slo_min_tps=None, slo_max_ttft_p99_ms=None):
+    """One sentence on what to change when no candidate won, fitted to why they lost.
+
+    ``mtp_tune_fit_retry`` is suggested only when a candidate failed on memory (the classes in
+    ``fit_classes``) and the fit search was off; an SLO that the candidates that ran all missed
+    gets its limits named; any other failure class gets its own hint (journal.hint).
+    """
+    classes = _failure_classes(attempts)
+    fit = tuple(fit_classes) if fit_classes else MEMORY_CLASSES
+    ran = [a for a in attempts or [] if a.get("status") == "ok"]
+    parts = []
+    memory = [c for c in classes if c in fit]
+    if memory:
+        if fit_retry:
+            parts.append("%s even with the fit search: lower mtp_tune_fit_bs_floor or "
+                         "mtp_tune_fit_mrr_floor, raise sglang_service_mem_fraction_static, or "
+                         "try fewer steps" % "/".join(memory))
+        else:
+            parts.append("%s: try mtp_tune_fit_retry=true (smaller CUDA-graph batch, fewer "
+                         "running requests) or fewer steps" % "/".join(memory))
+    for cls in classes:
+        if cls in fit:
+            continue
+        if cls == "bench_failed":
+            parts.append("bench_failed: the server started but the benchmark did not finish; read "
+                         "the attempt's failure_line (dataset, mtp_tune_bench_timeout, the "
+                         "server's journal)")
+        else:
+            parts.append("%s: %s" % (cls, journal.hint(cls).rstrip(".")))
+    if objective == "slo" and ran:
+        limits = []
+        if slo_min_tps is not None:
+            limits.append("mtp_tune_slo_min_tps=%s" % slo_min_tps)
+        if slo_max_ttft_p99_ms is not None:
+            limits.append("mtp_tune_slo_max_ttft_p99_ms=%s" % slo_max_ttft_p99_ms)
+        parts.append("%d candidate(s) ran but none met the SLO at any measured level: relax %s, "
+                     "or add lower concurrency levels to mtp_tune_concurrency"
+                     % (len(ran), " / ".join(limits) or "the SLO"))
+    if not parts:
+        return "No candidate was measured: check mtp_tune_steps and mtp_tune_max_launches."
+    return "; ".join(parts) + "."
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "mtp_tune_dataset_problems": mtp_tune_dataset_problems,
+            "mtp_tune_no_winner_hint": mtp_tune_no_winner_hint,
+        }
