@@ -158,36 +158,43 @@ def mtp_tune_resume_plan(loaded, candidates, levels=None, workload=None, mismatc
     return out
 
 
-def mtp_tune_runs(loaded, run_id, started, state="running"):
-    """The run history of a results file, with this run appended.
+def mtp_tune_runs(loaded, run_id=None, started=None, state="running"):
+    """The run history of a results file (``loaded``: the document, or ``{"runs": [...]}``).
 
     An earlier entry still ``running`` was interrupted (no run ends without saying so), so it
-    becomes ``interrupted``; ``loaded`` None starts a new history."""
+    becomes ``interrupted``. With ``run_id`` this run is appended (once); a run joins the
+    history only when it launches something or picks up an interrupted run, so a re-run that
+    changes nothing leaves the file as it was."""
     if state not in RUN_STATES:
         raise AnsibleFilterError("run state must be one of %s, got %r" % (", ".join(RUN_STATES), state))
     runs = []
     for run in ((loaded or {}).get("runs") or []) if isinstance(loaded, dict) else []:
         run = dict(run)
-        if run.get("id") == run_id:
+        if run_id is not None and run.get("id") == run_id:
+            runs.append(run)
             continue
         if run.get("state") == "running":
             run["state"] = "interrupted"
         runs.append(run)
-    runs.append({"id": run_id, "started": started, "state": state})
+    if run_id is not None and not any(r.get("id") == run_id for r in runs):
+        runs.append({"id": run_id, "started": started, "state": state})
     return runs
 
 
-def mtp_tune_run_state(runs, state, ended=None):
-    """``runs`` with the last entry (this run) set to ``state`` (and ``ended`` when given)."""
+def mtp_tune_run_state(runs, run_id, state, ended=None):
+    """``runs`` with this run's entry set to ``state`` (and ``ended``); unchanged when this run
+    never joined the history."""
     if state not in RUN_STATES:
         raise AnsibleFilterError("run state must be one of %s, got %r" % (", ".join(RUN_STATES), state))
-    runs = [dict(r) for r in runs or []]
-    if not runs:
-        raise AnsibleFilterError("no run to set the state of")
-    runs[-1]["state"] = state
-    if ended:
-        runs[-1]["ended"] = ended
-    return runs
+    out = []
+    for run in runs or []:
+        run = dict(run)
+        if run.get("id") == run_id:
+            run["state"] = state
+            if ended:
+                run["ended"] = ended
+        out.append(run)
+    return out
 
 
 def mtp_tune_active_plan(marker, run_name, run_id, state_dir):
@@ -219,6 +226,32 @@ def mtp_tune_active_plan(marker, run_name, run_id, state_dir):
                           else "removing the unit it created")}
 
 
+def mtp_tune_bench_deadline(attempts, explicit=None, timeout=600, levels=None, repeats=1, factor=3.0, margin=60):
+    """Seconds one candidate's benchmark may run on the node before it stops itself.
+
+    ``explicit`` (mtp_tune_bench_deadline) wins. Otherwise, once a benchmark of this workload
+    finished, ``factor`` x the longest one so far + ``margin``; before that, a request deadline
+    (``timeout``) per level and repeat, + ``margin``: a level whose requests all hang ends within
+    one request deadline."""
+    if explicit not in (None, ""):
+        value = float(explicit)
+        if value <= 0:
+            raise AnsibleFilterError("mtp_tune_bench_deadline must be > 0 seconds, got %r" % (explicit,))
+        return value
+    took = []
+    for att in attempts or []:
+        if att.get("status") != "ok":
+            continue
+        try:
+            took.append(float((att.get("timings") or {}).get("bench_s")))
+        except (TypeError, ValueError):
+            continue
+    if took:
+        return round(max(took) * float(factor) + float(margin), 1)
+    n = max(1, len(list(levels or [1]))) * max(1, int(repeats or 1))
+    return round(float(timeout) * n + float(margin), 1)
+
+
 class FilterModule(object):
     """Filters for resuming MTP tuning runs."""
 
@@ -230,4 +263,5 @@ class FilterModule(object):
             "mtp_tune_runs": mtp_tune_runs,
             "mtp_tune_run_state": mtp_tune_run_state,
             "mtp_tune_active_plan": mtp_tune_active_plan,
+            "mtp_tune_bench_deadline": mtp_tune_bench_deadline,
         }

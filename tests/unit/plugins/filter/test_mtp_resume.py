@@ -91,16 +91,18 @@ def test_plan_keeps_earlier_superseded_and_force_keeps_nothing():
 def test_runs_mark_a_running_predecessor_interrupted():
     runs = r.mtp_tune_runs(None, "A", "t0")
     assert runs == [{"id": "A", "started": "t0", "state": "running"}]
+    assert r.mtp_tune_runs({"runs": runs}, "A", "t9") == runs  # joins once
+    # a run that launches nothing does not join, but still says what happened before it
+    assert r.mtp_tune_runs({"runs": runs}) == [{"id": "A", "started": "t0", "state": "interrupted"}]
     runs = r.mtp_tune_runs({"runs": runs}, "B", "t1")
     assert [(x["id"], x["state"]) for x in runs] == [("A", "interrupted"), ("B", "running")]
-    done = r.mtp_tune_run_state(runs, "finished", "t2")
+    done = r.mtp_tune_run_state(runs, "B", "finished", "t2")
     assert done[-1] == {"id": "B", "started": "t1", "state": "finished", "ended": "t2"}
     assert runs[-1]["state"] == "running"  # not changed in place
-    assert r.mtp_tune_runs({"runs": done}, "C", "t3")[1]["state"] == "finished"
+    assert r.mtp_tune_run_state(done, "C", "failed") == done
+    assert r.mtp_tune_runs({"runs": done}) == done
     with pytest.raises(AnsibleFilterError):
-        r.mtp_tune_run_state(runs, "paused")
-    with pytest.raises(AnsibleFilterError):
-        r.mtp_tune_run_state([], "finished")
+        r.mtp_tune_run_state(runs, "B", "paused")
 
 
 def test_active_plan():
@@ -117,3 +119,13 @@ def test_active_plan():
     assert "restoring its pre-tuning unit" in other["message"]
     gone = r.mtp_tune_active_plan(dict(marker, unit_existed=False), "y", "2", d)
     assert "removing the unit" in gone["message"]
+
+
+def test_bench_deadline():
+    assert r.mtp_tune_bench_deadline([], 42) == 42.0
+    with pytest.raises(AnsibleFilterError):
+        r.mtp_tune_bench_deadline([], 0)
+    assert r.mtp_tune_bench_deadline([], None, 600, [1, 4], 2) == 2460.0
+    atts = [dict(_ok(1), timings={"bench_s": 10.0}), dict(_ok(3), timings={"bench_s": 20.0}),
+            dict(_failed(5, "bench_failed"), timings={"bench_s": 900})]
+    assert r.mtp_tune_bench_deadline(atts, None, 600, [1, 4]) == 120.0
