@@ -339,6 +339,7 @@ ansible_facts:
 """
 
 import os
+import sys
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
@@ -364,6 +365,10 @@ def _watch(module, p):
                                      "num_prompts/concurrency" % msg, stopped=kind)
             except SystemExit:
                 pass
+        try:
+            sys.stdout.flush()  # os._exit skips the flush that a normal exit does
+        except Exception:  # pylint: disable=broad-except
+            pass  # nobody left to read it
         os._exit(1)
 
     if p["deadline"] is not None and p["deadline"] <= 0:
