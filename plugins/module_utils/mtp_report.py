@@ -299,10 +299,10 @@ def _run_state_lines(doc):
         last = runs[-1]
         state = last.get("state")
         if state == "running":
+            facts = (last.get("id"), last.get("started"), doc.get("updated", "-"))
             out.append("- **Run not finished**: run %s (started %s) is measuring, or was interrupted at %s "
                        "if no ansible-playbook runs it any more; the same run name resumes it. The winner "
-                       "below is the best so far, not a decision." % (last.get("id"), last.get("started"),
-                                                                       doc.get("updated", "-")))
+                       "below is the best so far, not a decision." % facts)
         else:
             out.append("- **Run %s**: run %s (started %s, ended %s); the winner below is the best so far, "
                        "not a decision." % (state, last.get("id"), last.get("started"), last.get("ended", "-")))

@@ -12,12 +12,14 @@ WL = r.mtp_tune_fingerprint(BENCH, "Qwen/Q", "0.5.23", 4, None, [1, 4])
 CANDS = mtp_tune_candidates([1, 3, 5])
 
 
-def _ok(steps, wl=WL, levels=(1, 4)):
+def _ok(steps, wl=None, levels=(1, 4)):
+    wl = WL if wl is None else wl
     return {"key": "s%d-k1-d%d" % (steps, steps + 1), "candidate": {"steps": steps, "topk": 1, "draft_tokens": steps + 1},
             "status": "ok", "metrics": dict((str(c), {"output_throughput": 10.0 * steps}) for c in levels), "workload": wl}
 
 
-def _failed(steps, cls, wl=WL):
+def _failed(steps, cls, wl=None):
+    wl = WL if wl is None else wl
     return {"key": "s%d-k1-d%d" % (steps, steps + 1), "candidate": {"steps": steps, "topk": 1, "draft_tokens": steps + 1},
             "status": "failed", "failure_class": cls, "workload": wl}
 
@@ -79,7 +81,7 @@ def test_plan_retries_bench_failed_but_keeps_final_failures():
 
 
 def test_plan_keeps_earlier_superseded_and_force_keeps_nothing():
-    loaded = {"attempts": [_ok(1)], "superseded": [_ok(3, wl=None)]}
+    loaded = {"attempts": [_ok(1)], "superseded": [dict(_ok(3), workload=None)]}
     plan = r.mtp_tune_resume_plan(loaded, CANDS, [1, 4], WL)
     assert [a["key"] for a in plan["superseded"]] == ["s3-k1-d4"]
     assert r.mtp_tune_resume_plan(loaded, CANDS, [1, 4], WL, force=True)["attempts"] == []
