@@ -332,6 +332,33 @@ def _duration(seconds):
     return "%d min %02d s" % (seconds // 60, seconds % 60)
 
 
+def _run_state_lines(doc):
+    """What the run history says: a run that has not finished (running, or interrupted with
+    nobody to say so) makes the winner provisional; earlier interrupted runs are named."""
+    runs = [r for r in doc.get("runs") or [] if isinstance(r, dict)]
+    out = []
+    if runs and runs[-1].get("state") != "finished":
+        last = runs[-1]
+        state = last.get("state")
+        if state == "running":
+            facts = (last.get("id"), last.get("started"), doc.get("updated", "-"))
+            out.append("- **Run not finished**: run %s (started %s) is measuring, or was interrupted at %s "
+                       "if no ansible-playbook runs it any more; the same run name resumes it. The winner "
+                       "below is the best so far, not a decision." % facts)
+        else:
+            out.append("- **Run %s**: run %s (started %s, ended %s); the winner below is the best so far, "
+                       "not a decision." % (state, last.get("id"), last.get("started"), last.get("ended", "-")))
+    cut = [r for r in runs if r.get("state") == "interrupted"]
+    if cut:
+        out.append("- Interrupted runs: %s (resumed later)" % ", ".join(
+            "%s (started %s)" % (r.get("id"), r.get("started")) for r in cut))
+    sup = doc.get("superseded") or []
+    if sup:
+        out.append("- Not reused: %d earlier measurement(s) taken under another workload or retried "
+                   "(kept in results.json under 'superseded')" % len(sup))
+    return out
+
+
 def render_summary(doc):
     """The operator's hand-made table: one row per attempt (steps x concurrency), winner marked."""
     s = doc.get("settings") or {}
@@ -351,6 +378,7 @@ def render_summary(doc):
         stats.get("launches", "-"), stats.get("failed_launches", "-"), stats.get("candidates", "-"),
         _duration(stats.get("wall_s")), _duration(stats.get("launch_s")), _duration(stats.get("bench_s"))))
     out.append("- Updated: %s" % doc.get("updated", "-"))
+    out += _run_state_lines(doc)
     if winner.get("key"):
         sc = winner.get("score") or {}
         out.append("- **Winner: steps %s** (topk %s, %s draft tokens%s): %.1f at C=%s; %s" % (

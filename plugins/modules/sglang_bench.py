@@ -221,6 +221,22 @@ options:
       - The server refuses the flush while requests are pending; then a warning is returned.
     type: bool
     default: false
+  deadline:
+    description:
+      - Wall-clock seconds the whole benchmark may take on the node. Past it the module stops
+        the benchmark, drops its open requests and fails saying so (the levels measured so far
+        are not returned).
+      - Default no deadline; a run that nobody waits for any more then lasts as long as its requests.
+    type: float
+  watch_controller:
+    description:
+      - Stop the benchmark (and exit, with a line in the node's log) when the controller that
+        started it is gone, instead of loading the server for nobody.
+      - Seen over SSH (the connection's pipe loses its reader, or the C(sshd) session exits) and
+        under the C(local) connection (an ancestor process exits). Under C(docker exec) the Docker
+        daemon keeps the pipes open after its client is gone, so there only O(deadline) holds.
+    type: bool
+    default: true
   time_scale:
     description:
       - Only for simulators running faster than real time (the simulator's
@@ -431,11 +447,42 @@ ansible_facts:
 """
 
 import os
+import sys
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.blackwell.sglang.plugins.module_utils import bench_watchdog
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+
+
+def _watch(module, p):
+    """Start the watchdog: at the deadline, fail with a message; with the controller gone, leave a
+    line in the node's log and exit. Either way the process ends from the watchdog thread, whatever
+    the benchmark is waiting on (open sockets close with it, so the server aborts the requests)."""
+
+    def stop(reason, kind):
+        msg = "sglang_bench stopped: %s" % reason
+        try:
+            module.log(msg)
+        except Exception:  # pylint: disable=broad-except
+            pass  # the log is a courtesy; stopping is the point
+        if kind == "deadline":
+            try:
+                module.fail_json(msg="%s; no level result is returned. Raise `deadline` or lower "
+                                     "num_prompts/concurrency" % msg, stopped=kind)
+            except SystemExit:
+                pass
+        try:
+            sys.stdout.flush()  # os._exit skips the flush that a normal exit does
+        except Exception:  # pylint: disable=broad-except
+            pass  # nobody left to read it
+        os._exit(1)
+
+    if p["deadline"] is not None and p["deadline"] <= 0:
+        module.fail_json(msg="deadline must be > 0 seconds; got %s" % p["deadline"])
+    return bench_watchdog.Watchdog(stop, deadline_s=p["deadline"],
+                                   watch_controller=p["watch_controller"]).start()
 
 
 def _validate(module, p):
@@ -541,6 +588,8 @@ def main():
             timeout=dict(type="float", default=600.0),
             flush_cache=dict(type="bool", default=False),
             time_scale=dict(type="float", default=1.0),
+            deadline=dict(type="float"),
+            watch_controller=dict(type="bool", default=True),
             steady_state_ratio=dict(type="float", default=0.9),
             prompt_format=dict(type="str", default="auto", choices=["auto", "token_ids", "text"]),
             fail_on_empty_level=dict(type="bool", default=True),
@@ -561,6 +610,9 @@ def main():
         full = dict(sc.DEFAULTS)
         full.update(cfg)
         module.exit_json(changed=False, would_run=sc.plan(full), config=sc.config_echo(full))
+    for key in ("deadline", "watch_controller"):
+        cfg.pop(key)
+    watchdog = _watch(module, p)
     try:
         result = sc.run_benchmark(cfg)
     except sc.BenchError as exc:
@@ -575,6 +627,8 @@ def main():
         module.fail_json(msg="sglang_bench failed unexpectedly (%s: %s); please report it with "
                              "the exception shown by -vvv" % (type(exc).__name__, exc),
                          exception=traceback.format_exc())
+    finally:
+        watchdog.cancel()
     facts = dict(result["by_concurrency"])
     for key in ("levels", "config", "server", "duration_s", "workload", "warnings"):
         facts[key] = result[key]
