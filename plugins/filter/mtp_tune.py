@@ -36,10 +36,11 @@ except ImportError:  # pragma: no cover - ansible is always present where filter
 
 OBJECTIVES = ("latency", "throughput", "slo")
 STRATEGIES = ("sweep", "adaptive")
-# Failure classes (sglang_service_wait's names) whose cause shrinks with a smaller CUDA-graph
-# batch / fewer running requests; only those are worth a fit-retry (bad_args, port_in_use or a
-# timeout would fail the same way again).
-DEFAULT_FIT_CLASSES = ("oom_kv_cache", "cuda_graph_capture", "cuda_oom")
+# Failure classes (sglang_service_wait's names) whose cause shrinks with fewer running requests
+# (the hybrid state pool, the budget it leaves) or a smaller CUDA-graph batch (capture); only
+# those are worth a fit-retry (bad_args, port_in_use, no_gpu or a timeout would fail the same way
+# again).
+DEFAULT_FIT_CLASSES = ("oom_weights", "oom_hybrid_state", "oom_kv_cache", "cuda_graph_capture", "cuda_oom")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -346,8 +347,11 @@ def mtp_tune_resume(loaded, candidates, levels=None, force=False):
 # - cuda_graph_capture / cuda_oom: graph capture runs in the headroom mem_fraction_static
 #   leaves, sized by the largest captured batch x tokens per slot: a smaller
 #   cuda-graph-max-bs-decode frees it without capping how many requests run;
-# - oom_weights: no lever of the tuner frees weight memory.
+# - oom_weights: the weights leave no budget under mem_fraction_static; only a larger fraction
+#   helps, which the tuner does not change (the failure ends the candidate's fit search, and
+#   dearer candidates of its lane are not launched).
 DEFAULT_FIT_LEVERS = {
+    "oom_weights": None,
     "oom_kv_cache": "max_running_requests",
     "oom_hybrid_state": "max_running_requests",
     "cuda_graph_capture": "cuda_graph_max_bs",

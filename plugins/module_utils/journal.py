@@ -16,15 +16,33 @@ crash leaves several symptoms in one journal and the *cause* comes first in this
     arguments``, ``ambiguous option``, ``invalid choice``), or startup validation refused a
     combination (unknown speculative algorithm, trtllm_mha with topk > 1). Fix the unit.
 ``port_in_use``
-    the HTTP port is taken (``[Errno 98]``, ``address already in use``).
+    the HTTP port is taken (uvicorn's ``[Errno 98]`` / ``address already in use``, or
+    ``<name> at <port> is not available in <n> seconds`` from ``utils/network.py``). The info
+    lines of ``utils/network.py`` that only report a port being probed (``Port N is already in
+    use, trying port N+1``, ``port N is in use. Waiting ...``) do not count.
+``no_gpu``
+    the rank found no usable GPU: ``CUDA error: invalid device ordinal`` (tp larger than the
+    visible GPUs), ``No CUDA GPUs are available``, no NVIDIA driver, or 0.5.23's own
+    ``nvidia-smi failed`` / ``Failed to get GPU memory capacity from nvidia-smi``
+    (``utils/common.py``).
 ``cuda_graph_capture``
     ``Capture cuda graph failed`` (or an OOM while a capture was in progress). Fix: smaller
     cuda-graph max batch size, lower mem fraction, fewer speculative steps.
+``oom_weights``
+    ``ValueError: Loaded weights leave no GPU memory for the KV cache under
+    --mem-fraction-static=...`` (``mem_cache/kv_cache_configurator.py``
+    ``_profile_available_bytes``): after the weights, the runtime slack and (hybrid models) the
+    state pool, no budget is left.
+``oom_hybrid_state``
+    ``Not enough GPU memory for hybrid (mamba/linear-attention) state cache`` or ``Hybrid
+    (mamba/linear-attention) state cache is too small to serve any requests``
+    (``kv_cache_configurator.py`` ``_handle_max_mamba_cache`` / ``resolve_max_num_reqs``).
 ``oom_kv_cache``
-    ``RuntimeError: Not enough memory. Please try to increase --mem-fraction-static``: weights and
-    reserve leave no room for the KV pool.
+    ``RuntimeError: Not enough memory. Please try to increase --mem-fraction-static``
+    (``model_executor/pool_configurator.py``), or an SWA pool cap that ``leaves no room for the
+    full KV pool``: the KV pool gets no tokens.
 ``cuda_oom``
-    a CUDA out-of-memory error that is neither of the two above (e.g. while loading weights).
+    a CUDA out-of-memory error that is none of the above (e.g. while loading weights).
 ``timeout`` and ``unknown`` are decided by the caller (no line says "timeout"; nothing matched).
 """
 
@@ -35,9 +53,12 @@ import re
 __metaclass__ = type
 
 FAILURE_CLASSES = (
+    "oom_weights",
+    "oom_hybrid_state",
     "oom_kv_cache",
     "cuda_graph_capture",
     "cuda_oom",
+    "no_gpu",
     "bad_args",
     "port_in_use",
     "timeout",
@@ -65,14 +86,32 @@ _RULES = (
     ("port_in_use", (
         re.compile(r"\[Errno 98\]"),
         re.compile(r"address already in use", _I),
-        re.compile(r"port \d+ is (already )?in use", _I),
+        # utils/network.py wait_port_available's ValueError (its waiting lines are info).
+        re.compile(r" at \d+ is not available in \d+ seconds"),
+    )),
+    ("no_gpu", (
+        re.compile(r"CUDA error: invalid device ordinal"),
+        re.compile(r"No CUDA GPUs are available"),
+        re.compile(r"Found no NVIDIA driver on your system"),
+        # utils/common.py _cuda_mem_fallback, when torch sees no CUDA either.
+        re.compile(r"RuntimeError: nvidia-smi failed \(exit code"),
+        re.compile(r"RuntimeError: Failed to get GPU memory capacity from nvidia-smi"),
     )),
     ("cuda_graph_capture", (
         re.compile(r"Capture cuda graph failed", _I),
     )),
+    ("oom_weights", (
+        re.compile(r"Loaded weights leave no GPU memory for the KV cache"),
+    )),
+    ("oom_hybrid_state", (
+        re.compile(r"Not enough GPU memory for hybrid \(mamba/linear-attention\) state cache"),
+        re.compile(r"Hybrid \(mamba/linear-attention\) state cache is too small to serve any requests"),
+    )),
     ("oom_kv_cache", (
         re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"),
         re.compile(r"RuntimeError: Not enough memory"),
+        # model_executor/pool_configurator.py, SWA models (HybridSWA / DSV4 configurators).
+        re.compile(r"SWA pool cap \(\d+ tokens, [\d.]+ Gi?B\) leaves no room for the full KV pool"),
     )),
     ("cuda_oom", (
         re.compile(r"OutOfMemoryError: CUDA out of memory"),
@@ -96,12 +135,22 @@ _FATAL_MARKERS = (
 )
 
 HINTS = {
-    "oom_kv_cache": "KV cache pool does not fit: raise mem_fraction_static, use more tensor "
-                    "parallelism, or lower speculative steps / cuda-graph max batch size.",
-    "cuda_graph_capture": "CUDA graph capture failed: lower the cuda-graph max batch size, lower "
-                          "mem_fraction_static, or use fewer speculative steps.",
+    "oom_weights": "Weights (target + draft) and the runtime slack leave no KV budget: raise "
+                   "mem_fraction_static, use more tensor parallelism; on a hybrid model without "
+                   "the radix cache the state pool is max_running_requests x (1 + draft tokens) "
+                   "states, so lower max_running_requests or the speculative steps.",
+    "oom_hybrid_state": "The hybrid (linear-attention) state pool does not fit: lower "
+                        "max_running_requests or the speculative steps (draft tokens), raise "
+                        "mem_fraction_static, or halve the state with --mamba-ssm-dtype bfloat16.",
+    "oom_kv_cache": "The KV pool gets no tokens: raise mem_fraction_static or use more tensor "
+                    "parallelism (an SWA model: lower max_running_requests).",
+    "cuda_graph_capture": "CUDA graph capture failed: lower the cuda-graph max batch size "
+                          "(cuda_graph_max_bs_decode) or max_running_requests, or lower "
+                          "mem_fraction_static to leave capture headroom.",
     "cuda_oom": "CUDA ran out of memory: check that no other process holds the GPUs (gpu_reset), "
                 "then lower mem_fraction_static or use more tensor parallelism.",
+    "no_gpu": "SGLang found fewer usable GPUs than it needs: check the driver (nvidia-smi), "
+              "CUDA_VISIBLE_DEVICES and that tp_size does not exceed the GPU count.",
     "bad_args": "SGLang rejected its command line: check the rendered ExecStart against the "
                 "pinned release's flags (extra args, choices, flag names).",
     "port_in_use": "The HTTP port is already taken: stop the other listener or change the port.",

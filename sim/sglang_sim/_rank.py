@@ -115,16 +115,19 @@ class _Rank(object):
                      "mem usage=%.2f GB." % ((time.time() - t0) / self.scale, cfg["draft_arch"],
                                              _gb(self.avail()), _gb(plan["draft_weights_mib"])))
         self.sleep(load * 0.05)
-        if fail and fail["kind"] == "kv":
-            raise RuntimeError(fail["message"])
         if fail and fail["kind"] == "pool":
             raise _TorchOOM(fail["message"])
-        pool = plan["mamba_mib"] + plan["spec_buffer_mib"] + plan["kv_mib"]
+        if fail and fail["kind"] != "graph":
+            # kv_cache_configurator.py / pool_configurator.py raise these while sizing.
+            raise _SizingError(fail["exc_type"], fail["message"])
+        pool = plan["mamba_mib"] + plan["kv_mib"]
         if plan["mamba_mib"]:
-            self.log("Mamba Cache is allocated. max_mamba_cache_size: %d, intermediate states "
-                     "per request: %d, mamba size: %.2f GB"
-                     % (plan["mamba_slots"], plan["draft_tokens"] if plan["speculative"] else 0,
-                        _gb(plan["mamba_mib"])))
+            self.log("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: "
+                     "%.2fGB, ssm_state size: %.2fGB intermediate_ssm_state_cache size: %.2fGB "
+                     % (plan["max_mamba_cache_size"], _gb(plan["mamba_conv_mib"]),
+                        _gb(plan["mamba_ssm_mib"]), _gb(plan["mamba_intermediate_mib"])))
+        for msg in plan.get("warnings", []):
+            self.log(msg)
         self.publish(self.used + pool)
         half = _gb(plan["kv_mib"]) / 2
         self.log("KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB"
@@ -148,22 +151,22 @@ class _Rank(object):
                                          % (fail["message"], CUDA_GRAPH_CAPTURE_FAILED_MSG))
                 self.publish(self.used + plan["graph_mib"] * share)
                 self.log("Capture %s CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, "
-                         "avail mem=%.2f GB." % (name, cfg["capture_bs"],
+                         "avail mem=%.2f GB." % (name, plan["capture_bs"],
                                                  (time.time() - t0) / self.scale,
                                                  _gb(before - self.avail()), _gb(self.avail())))
         if self.rank == 0:
             self.log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=16384, "
                      "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
                      % (plan["max_total_num_tokens"], cfg["chunked_prefill_size"],
-                        cfg["max_running_requests"] or self._auto_mrr(plan), cfg["context_len"],
-                        _gb(self.avail())))
+                        plan["max_running_requests"], cfg["context_len"], _gb(self.avail())))
 
-    def _auto_mrr(self, plan):
-        tokens = plan["max_total_num_tokens"]
-        pool = min(max(int(tokens / float(self.cfg["context_len"]) * 512), 2048), 4096)
-        if plan.get("mamba_slots"):
-            pool = min(pool, plan["mamba_slots"])
-        return max(1, min(tokens // 2, pool))
+
+class _SizingError(Exception):
+    """A pool-sizing ValueError/RuntimeError, printed under its own exception type."""
+
+    def __init__(self, exc_type, message):
+        super().__init__(message)
+        self.exc_type = exc_type
 
 
 class _CaptureFailed(Exception):
@@ -215,6 +218,8 @@ def main():
             name = "Exception"
         elif isinstance(exc, _TorchOOM):
             name = "torch.OutOfMemoryError"
+        elif isinstance(exc, _SizingError):
+            name = exc.exc_type
         else:
             name = type(exc).__name__
         rank.log("Scheduler hit an exception: %s%s: %s" % (tb, name, exc))

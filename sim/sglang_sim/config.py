@@ -192,9 +192,20 @@ CATALOG = {
         "linear_attn_layers": 36,
         "kv_heads": 2,
         "head_dim": 256,
-        # fp32 SSM state per request per linear layer before TP split (MiB).
-        "ssm_state_mib_per_layer": 4.0,
+        # Gated DeltaNet shapes of config.json (text_config): the state pool per request is
+        # computed from them as configs/mamba_utils.py does (memory.mamba_cache_per_req).
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 64,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
         "hybrid": True,
+        # A vision tower: configs/model_config.py lists the architecture as multimodal and
+        # arg_groups/memory_hook.py scales the auto mem fraction down from vision_config
+        # (Qwen3VLVisionConfig names its layer count "depth", so the hook's
+        # getattr(num_hidden_layers, 24) default applies).
+        "multimodal": True,
+        "vision_config": {"depth": 27, "hidden_size": 1152},
     },
     "Qwen/Qwen3-Next-80B-A3B-Instruct": {
         "architectures": ["Qwen3NextForCausalLM"],
@@ -207,7 +218,11 @@ CATALOG = {
         "linear_attn_layers": 36,
         "kv_heads": 2,
         "head_dim": 256,
-        "ssm_state_mib_per_layer": 2.0,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
         "hybrid": True,
     },
     "Qwen/Qwen3-8B": {
@@ -221,7 +236,6 @@ CATALOG = {
         "linear_attn_layers": 0,
         "kv_heads": 8,
         "head_dim": 128,
-        "ssm_state_mib_per_layer": 0.0,
         "hybrid": False,
     },
 }

@@ -136,16 +136,6 @@ class Launcher(object):
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def effective_mrr(self, plan, model, context_len):
-        """Scheduler's max_running_requests: the flag, else min(tokens // 2, req pool size)."""
-        if self.args["max_running_requests"]:
-            return self.args["max_running_requests"]
-        tokens = plan["max_total_num_tokens"]
-        pool = min(max(int(tokens / float(context_len) * 512), 2048), 4096)
-        if model.get("hybrid"):
-            pool = min(pool, plan.get("mamba_slots") or memory.DEFAULT_MAMBA_SLOTS)
-        return max(1, min(tokens // 2, pool))
-
     def on_sigquit(self):
         log("Received sigquit from a child process. It usually means the child failed.")
         if self.srv is None or self.srv.status == "Starting":
@@ -251,15 +241,13 @@ class Launcher(object):
                 if dev_error:
                     cfg["device_error"] = dev_error
                 try:
-                    p = memory.plan(g, model, a, draft, other_used_mib=others[rank])
+                    p = memory.plan(g, model, a, draft, other_used_mib=others[rank],
+                                    capture_bs=capture_bs)
                     cfg["plan"] = p
                 except memory.OOMError as exc:
                     cfg["plan"] = exc.plan
-                    fill = dict(mamba_mib=0.0, spec_buffer_mib=0.0, kv_mib=0.0,
-                                max_total_num_tokens=0, graph_mib=0.0, mamba_slots=0)
-                    for k, v in fill.items():
-                        cfg["plan"].setdefault(k, v)
-                    cfg["fail"] = {"kind": exc.kind, "message": exc.message}
+                    cfg["fail"] = {"kind": exc.kind, "message": exc.message,
+                                   "exc_type": exc.exc_type}
                     p = cfg["plan"]
                 if plan0 is None:
                     plan0 = p
@@ -276,7 +264,7 @@ class Launcher(object):
         await self.done  # all ranks ready (failures end the process via SIGQUIT/kill_tree)
 
         factor = perf.speed_factor(s["profile"], model["params"], tp)
-        mrr = self.effective_mrr(plan0, model, context_len)
+        mrr = plan0["max_running_requests"]
         self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],
                                context_len, log_prefix=" TP0" if tp > 1 else "",
@@ -366,7 +354,8 @@ def main(argv=None):
         return 2
     gpus = config.gpus(settings)
     try:
-        args, warnings = server_args.resolve(ns, gpus[0]["memory_mib"] if gpus else 0)
+        args, warnings = server_args.resolve(ns, gpus[0]["memory_mib"] if gpus else 0,
+                                             model=config.lookup_model(ns.model_path)[1])
     except server_args.ArgsError as exc:
         _fail_args(exc)
     err = _check_model_path(args["model_path"])

@@ -1,51 +1,113 @@
-"""Per-GPU memory model of one SGLang TP rank (pure functions, MiB unless noted).
+"""Per-GPU memory model of one SGLang 0.5.23 TP rank (pure functions, MiB unless noted).
 
-Mirrors the order in which SGLang fills a GPU:
-1. CUDA context + NCCL buffers, then weights (target split over TP, plus the draft/MTP head);
-2. the memory pools: SGLang gives them ``avail_after_weights - total*(1-mem_fraction_static)``
-   (pool_configurator.py). For a hybrid model (Qwen3.5/Qwen3-Next: Gated DeltaNet +
-   full attention) the mamba/SSM state pool comes first: one state per running-request
-   slot, and with speculative decoding one intermediate state per draft token as well;
-   then the speculative verify buffers sized for the largest captured batch
-   (cuda-graph max bs x draft tokens); what is left is the KV cache. If nothing is left,
-   ``RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.``;
-3. CUDA graph capture out of the headroom that mem_fraction_static left; if it does not
-   fit, ``Exception: Capture cuda graph failed: CUDA out of memory...``.
+Each step follows the release's own code (paths relative to ``sglang/srt/``):
 
-The constants are chosen so that, on the default profile (4x RTX PRO 6000, 97887 MiB,
-Qwen3.5-122B-A10B bf16, tp 4, auto settings), speculative steps 1-5 start and steps 10
-with the default cuda-graph max bs 512 dies in KV-cache allocation, as the operator saw;
-a smaller --cuda-graph-max-bs-decode or --max-running-requests lets steps 10 fit.
+1. ``distributed/bootstrap.py`` ``measure_pre_model_load_memory``: the free memory before the
+   weights load (``pre``), after the CUDA context and NCCL buffers (sim constants: the real
+   figures are measured on the device, not computed);
+2. the weights load (target split over TP, then the draft/MTP head); a shard that does not fit
+   is torch's ``CUDA out of memory``;
+3. ``mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes``: the pool budget is
+   ``free - pre*(1-mem_fraction_static) - multimodal reservation``; for a hybrid
+   (linear-attention) model ``_handle_max_mamba_cache`` first takes the state pool, solved
+   jointly with the draft-token count (or sized from --max-running-requests when the radix cache
+   is off), and raises ``Not enough GPU memory for hybrid ...`` when no state slot fits; a
+   budget that is gone raises ``ValueError: Loaded weights leave no GPU memory for the KV cache``;
+4. ``model_executor/pool_configurator.py`` ``DefaultPoolConfigurator.calculate_pool_sizes``: KV
+   tokens = budget // bytes per token (full-attention layers + the draft layer), page-aligned;
+   ``MemoryPoolConfig.__post_init__`` raises ``Not enough memory. Please try to increase
+   --mem-fraction-static.`` at zero tokens;
+5. ``kv_cache_configurator.py`` ``resolve_max_num_reqs``: the request pool (the flag, 48 with
+   speculation, else an estimate from the token count), capped by the KV tokens and by the
+   hybrid state pool, with 0.5.23's warnings;
+6. ``model_executor/runner/base_cuda_graph_runner.py`` ``get_batch_sizes_to_capture``: captured
+   decode batch sizes are clamped to the request pool; capture memory comes out of the headroom
+   the fraction left (the per-graph cost is a sim constant: 0.5.23 measures it, it has no formula).
+
+There is no speculative-buffer charge against the KV budget: 0.5.23 has none.
 """
 
+import math
+
 MIB = 1024 * 1024
-# CUDA context + cuBLAS/NCCL workspaces that a rank holds before loading weights.
+GIB = 1024 * MIB
+# CUDA context + cuBLAS/NCCL workspaces that a rank holds before loading weights (measured
+# figures of a real node, not a formula of the release).
 CONTEXT_MIB = 560
 NCCL_MIB_TP = 420  # extra for tp > 1 (NCCL buffers, custom all-reduce)
-# Speculative verify/draft buffers per (captured batch slot x draft token).
-SPEC_BUFFER_MIB_PER_SLOT_TOKEN = 0.5
-# Non-speculative decode keeps this many SSM state slots (hybrid models).
-DEFAULT_MAMBA_SLOTS = 256
 # Graph capture memory: fixed part + per (batch slot x tokens per slot, incl. draft passes).
+# Sim calibration: 0.5.23 measures capture memory on the device.
 GRAPH_BASE_MIB = 150
 GRAPH_MIB_PER_SLOT_TOKEN = 0.25
 # Capture needs this much slack on top of the graphs themselves.
 GRAPH_SAFETY_MIB = 512
 
+# kv_cache_configurator.py: MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO (state slots per running
+# request with the radix cache), plus get_mamba_tracking_slots(extra_buffer=True, overlap=True)
+# = 2 under the extra_buffer strategy that arg_groups/overrides.py _mamba_radix_cache_resolution
+# picks for Qwen3.5/Qwen3-Next with the overlap scheduler on.
+MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = 3
+MAMBA_EXTRA_BUFFER_TRACKING_SLOTS = 2
+# arg_groups/fields/schedule.py mamba_full_memory_ratio fallback.
+MAMBA_FULL_MEMORY_RATIO = 0.9
+# environ.py SGLANG_VLM_CACHE_SIZE_MB: kv_cache_configurator.py mm_runtime_reservation_gb
+# reserves it out of the KV budget for a multimodal model (cpu feature transport).
+VLM_CACHE_SIZE_MB = 100
+# The request-pool estimate of resolve_max_num_reqs.
+REQ_POOL_ESTIMATE_MIN = 2048
+REQ_POOL_ESTIMATE_MAX = 4096
+
 KV_DTYPE_BYTES = {
     "auto": 2, "bf16": 2, "bfloat16": 2, "fp8_e5m2": 1, "fp8_e4m3": 1, "mxfp8": 1,
     "nvfp4": 0.5, "fp4_mx_block16": 0.5,
 }
+SSM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+# 0.5.23's texts (the contract test checks them against the wheel).
+MSG_WEIGHTS_LEAVE_NO_MEMORY = (
+    "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={frac}. "
+    "Raise --mem-fraction-static above {suggested:.3f} (minimum viable = 1 - available/pre = "
+    "{minimum:.4f}). If using speculative decoding, draft weights are now counted.")
+MSG_HYBRID_STATE = (
+    "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+    "max_mamba_cache_size={size} (total_rest_memory={rest:.2f} GB, mamba_cache_per_req="
+    "{per_req:.2f} MB). Try: (1) reduce --max-running-requests, (2) increase "
+    "--mem-fraction-static, (3) reduce --speculative-num-draft-tokens, or (4) use GPUs with "
+    "more memory.")
+MSG_HYBRID_TOO_SMALL = (
+    "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+    "max_mamba_cache_size={size}, mamba_ratio={ratio}, resulting max_num_reqs={reqs}. Try: "
+    "(1) reduce --max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs "
+    "with more memory.")
+MSG_NOT_ENOUGH_MEMORY = "Not enough memory. Please try to increase --mem-fraction-static."
+WARN_MAMBA_CAP = (
+    "max_running_requests is capped to {cap} by the mamba state cache (max_mamba_cache_size="
+    "{size}, {ratio} state slots per request). To raise it: increase --mamba-full-memory-ratio "
+    "or --max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16.")
+WARN_KV_CAP = (
+    "max_running_requests was reduced from the requested {requested} to {reqs} (per dp worker) "
+    "due to the available KV cache capacity.")
+WARN_MAX_TOTAL_TOKENS = (
+    "max_total_tokens={limit} is larger than the profiled value {tokens}. Use the profiled value "
+    "instead.")
 
 
 class OOMError(Exception):
-    """Startup failure: kind is 'kv' (pool allocation) or 'graph' (CUDA graph capture)."""
+    """Startup failure. kind: 'weights' / 'pool' / 'graph' (torch OOM), 'weights_budget'
+    (ValueError), 'hybrid_state' / 'hybrid_reqs' / 'kv' (RuntimeError)."""
+
+    EXC_TYPES = {"weights_budget": "ValueError", "hybrid_state": "RuntimeError",
+                 "hybrid_reqs": "RuntimeError", "kv": "RuntimeError"}
 
     def __init__(self, kind, message, plan):
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.plan = plan
+
+    @property
+    def exc_type(self):
+        return self.EXC_TYPES.get(self.kind, "torch.OutOfMemoryError")
 
 
 def weights_mib(model, tp_size, speculative, draft_model=None):
@@ -59,17 +121,124 @@ def weights_mib(model, tp_size, speculative, draft_model=None):
 
 
 def kv_bytes_per_token(model, tp_size, kv_cache_dtype, speculative):
-    """KV bytes per token per rank (full-attention layers; the draft layer adds one)."""
+    """KV bytes per token per rank: pool_configurator.py DefaultPoolConfigurator (full-attention
+    layers of a hybrid model only; EAGLE/MTP adds the draft's layer at the same cell size)."""
     heads = max(1, model["kv_heads"] // tp_size)
     layers = model["full_attn_layers"] + (1 if speculative else 0)
     return layers * heads * model["head_dim"] * 2 * KV_DTYPE_BYTES[kv_cache_dtype]
 
 
-def plan(gpu, model, args, draft_model=None, other_used_mib=0.0):
+def mamba_cache_per_req(model, tp_size, ssm_dtype=None):
+    """(conv, temporal) bytes of linear-attention state per request per rank: configs/mamba_utils.py
+    Mamba2CacheParams.mamba_cache_per_req with the GDN shapes of configs/qwen3_next.py
+    (temporal: value heads/tp x v dim x k dim in the SSM dtype, fp32 by default; conv:
+    (2 x key dim + value dim)/tp x (kernel - 1) in bf16)."""
+    if not model.get("hybrid"):
+        return 0, 0
+    tp = tp_size
+    temporal = (model["linear_num_value_heads"] // tp) * model["linear_value_head_dim"] \
+        * model["linear_key_head_dim"]
+    key_dim = model["linear_key_head_dim"] * model["linear_num_key_heads"]
+    value_dim = model["linear_value_head_dim"] * model["linear_num_value_heads"]
+    conv = (2 * key_dim + value_dim) // tp * (model["linear_conv_kernel_dim"] - 1)
+    ssm_bytes = SSM_DTYPE_BYTES[ssm_dtype or "float32"]
+    return conv * 2 * model["linear_attn_layers"], temporal * ssm_bytes * model["linear_attn_layers"]
+
+
+def mamba_ratio(args):
+    """kv_cache_configurator.py _calculate_mamba_ratio: 1 without the radix cache, else 3 plus
+    the extra_buffer tracking slots (2 with the overlap scheduler)."""
+    if args.get("disable_radix_cache"):
+        return 1
+    return MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO + MAMBA_EXTRA_BUFFER_TRACKING_SLOTS
+
+
+def capture_sizes(decode_bs, req_pool_size):
+    """base_cuda_graph_runner.py get_batch_sizes_to_capture: the configured decode batch sizes
+    clamped to the request pool (which is captured itself when the list goes beyond it)."""
+    bs = list(decode_bs)
+    if bs and max(bs) > req_pool_size:
+        bs.append(req_pool_size)
+    return sorted(set(b for b in bs if b <= req_pool_size))
+
+
+def _oom_text(tried_mib, index, total_mib, free_mib, in_use_mib=None):
+    msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
+           "%.2f GiB of which %.2f GiB is free." % (tried_mib / 1024, index, total_mib / 1024,
+                                                      max(free_mib, 0) / 1024))
+    if in_use_mib is not None:
+        msg += (" Including non-PyTorch memory, this process has %.2f GiB memory in use."
+                % (in_use_mib / 1024))
+    return msg
+
+
+def _handle_max_mamba_cache(p, args, rest_gb, per_req, spec, draft_tokens, mrr):
+    """kv_cache_configurator.py _handle_max_mamba_cache (tp only, no replayssm/PP/DP).
+
+    Returns the budget left after the state pool, in GB; sets p["max_mamba_cache_size"]."""
+    ratio = mamba_ratio(args)
+    if args.get("max_mamba_cache_size") is not None:
+        size = args["max_mamba_cache_size"]
+        if spec:
+            capped = min(max(1, mrr), size // ratio)
+            rest_gb -= per_req * (capped + 1) * draft_tokens / GIB
+    elif args.get("disable_radix_cache") and mrr is not None:
+        size = max(1, mrr)
+        if spec:
+            rest_gb -= per_req * (size + 1) * draft_tokens / GIB
+    else:
+        r = args.get("mamba_full_memory_ratio") or MAMBA_FULL_MEMORY_RATIO
+        budget_bytes = rest_gb * r / (1 + r) * GIB
+        if spec:
+            d = draft_tokens
+            # Joint solve: main states + per-draft-token intermediate states = the budget.
+            size = int((budget_bytes - per_req * (1 + d)) // (per_req * (1 + d / ratio)))
+            capped = min(max(1, mrr), size // ratio)
+            rest_gb -= per_req * (capped + 1) * d / GIB
+        else:
+            size = int((budget_bytes - per_req) // per_req)
+    p["max_mamba_cache_size"] = size
+    if size <= 0:
+        raise OOMError("hybrid_state", MSG_HYBRID_STATE.format(
+            size=size, rest=rest_gb, per_req=per_req / MIB), p)
+    # +1: each pool's padding slot.
+    return rest_gb - (size + 1) * per_req / GIB
+
+
+def resolve_max_num_reqs(p, args, tokens, context_len, hybrid):
+    """kv_cache_configurator.py resolve_max_num_reqs; returns (max_num_reqs, warnings)."""
+    warnings = []
+    estimated = int(tokens / float(context_len) * 512)
+    estimated = max(min(estimated, REQ_POOL_ESTIMATE_MAX), REQ_POOL_ESTIMATE_MIN)
+    requested = args.get("max_running_requests")
+    if requested is not None:
+        requested = max(1, requested)
+        reqs = min(requested, tokens // 2)
+    else:
+        reqs = min(estimated, tokens // 2)
+    capped_by_mamba = False
+    if hybrid:
+        ratio = mamba_ratio(args)
+        cap = p["max_mamba_cache_size"] // ratio
+        if cap < reqs:
+            capped_by_mamba = True
+            warnings.append(WARN_MAMBA_CAP.format(cap=cap, size=p["max_mamba_cache_size"],
+                                                  ratio=ratio))
+        reqs = min(reqs, cap)
+        if reqs <= 0:
+            raise OOMError("hybrid_reqs", MSG_HYBRID_TOO_SMALL.format(
+                size=p["max_mamba_cache_size"], ratio=ratio, reqs=reqs), p)
+    if requested is not None and reqs < requested and not capped_by_mamba:
+        warnings.append(WARN_KV_CAP.format(requested=requested, reqs=reqs))
+    return reqs, warnings
+
+
+def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None):
     """Memory plan of one rank. Returns a dict; raises OOMError when init would fail.
 
     gpu: dict with memory_mib and reserved_mib; args: resolved server args;
-    other_used_mib: memory other processes (e.g. orphaned ranks) already hold on it.
+    other_used_mib: memory other processes (e.g. orphaned ranks) already hold on it;
+    capture_bs: the configured decode capture batch sizes (cuda_graph_hook.py).
     """
     total = gpu["memory_mib"]
     tp = args["tp_size"]
@@ -77,76 +246,94 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0):
     steps = args.get("speculative_num_steps") or 0
     draft_tokens = args.get("speculative_num_draft_tokens") or 1
     frac = args["mem_fraction_static"]
-    max_bs = args["cuda_graph_max_bs_decode"]
     graphs_on = not args.get("disable_cuda_graph")
     mrr = args.get("max_running_requests")
+    hybrid = bool(model.get("hybrid"))
+    context_len = args.get("context_length") or model["context_length"]
+    if capture_bs is None:
+        capture_bs = [args["cuda_graph_max_bs_decode"]]
 
     p = {"total_mib": total, "mem_fraction_static": frac, "speculative": spec,
-         "draft_tokens": draft_tokens, "cuda_graph_max_bs": max_bs}
+         "draft_tokens": draft_tokens, "cuda_graph_max_bs": args["cuda_graph_max_bs_decode"],
+         "warnings": [], "mamba_mib": 0.0, "mamba_intermediate_mib": 0.0,
+         "mamba_conv_mib": 0.0, "mamba_ssm_mib": 0.0,
+         "max_mamba_cache_size": 0, "kv_mib": 0.0, "max_total_num_tokens": 0,
+         "graph_mib": 0.0, "max_running_requests": 0, "capture_bs": []}
     p["context_mib"] = CONTEXT_MIB + (NCCL_MIB_TP if tp > 1 else 0)
     p["other_used_mib"] = other_used_mib
-    p["avail_begin_mib"] = total - gpu["reserved_mib"] - other_used_mib - p["context_mib"]
+    # bootstrap.py measure_pre_model_load_memory: free memory before the weights.
+    pre = total - gpu["reserved_mib"] - other_used_mib - p["context_mib"]
+    p["avail_begin_mib"] = pre
     target, draft = weights_mib(model, tp, spec, draft_model)
     p["weights_mib"] = target
     p["draft_weights_mib"] = draft
-    if target + draft > p["avail_begin_mib"]:
+    if target + draft > pre:
         # Weights load shard by shard; the one that does not fit raises.
         shard = (target + draft) / 48.0
-        loaded = max(int(p["avail_begin_mib"] // shard), 0) * shard
-        free = max(p["avail_begin_mib"] - loaded, 0)
-        in_use = (loaded + p["context_mib"]) / 1024
-        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
-               "%.2f GiB of which %.2f GiB is free. Including non-PyTorch memory, this process "
-               "has %.2f GiB memory in use."
-               % (shard / 1024, gpu.get("index", 0), total / 1024, free / 1024, in_use))
-        raise OOMError("weights", msg, p)
-    p["avail_after_weights_mib"] = p["avail_begin_mib"] - target - draft
-    rest = p["avail_after_weights_mib"] - total * (1 - frac)
-    p["pool_budget_mib"] = rest
+        loaded = max(int(pre // shard), 0) * shard
+        raise OOMError("weights", _oom_text(shard, gpu.get("index", 0), total, pre - loaded,
+                                            loaded + p["context_mib"]), p)
+    avail = pre - target - draft
+    p["avail_after_weights_mib"] = avail
 
-    if model.get("hybrid"):
-        slots = mrr if mrr is not None else DEFAULT_MAMBA_SLOTS
-        state = model["ssm_state_mib_per_layer"] * model["linear_attn_layers"] / tp
-        p["mamba_slots"] = slots
-        p["mamba_mib"] = slots * state * (1 + (draft_tokens if spec else 0))
-    else:
-        p["mamba_slots"] = 0
-        p["mamba_mib"] = 0.0
-    p["spec_buffer_mib"] = (SPEC_BUFFER_MIB_PER_SLOT_TOKEN * max_bs * draft_tokens) if spec else 0.0
-    kv = rest - p["mamba_mib"] - p["spec_buffer_mib"]
+    # _profile_available_bytes (GB as in the release: the message prints GB figures).
+    pre_gb, avail_gb = pre / 1024.0, avail / 1024.0
+    slack_gb = pre_gb * (1 - frac)
+    mm_gb = VLM_CACHE_SIZE_MB / 1024.0 if model.get("multimodal") else 0.0
+    rest_gb = avail_gb - slack_gb - mm_gb
+    p["pool_budget_mib"] = rest_gb * 1024
+    if hybrid:
+        conv, ssm = mamba_cache_per_req(model, tp, args.get("mamba_ssm_dtype"))
+        per_req = conv + ssm
+        p["mamba_cache_per_req_mib"] = per_req / MIB
+        before = rest_gb
+        rest_gb = _handle_max_mamba_cache(p, args, rest_gb, per_req, spec, draft_tokens, mrr)
+        p["mamba_mib"] = (before - rest_gb) * 1024
+        slots = p["max_mamba_cache_size"] + 1
+        p["mamba_conv_mib"] = slots * conv / MIB
+        p["mamba_ssm_mib"] = slots * ssm / MIB
+        p["mamba_intermediate_mib"] = p["mamba_mib"] - p["mamba_conv_mib"] - p["mamba_ssm_mib"]
+    if rest_gb <= 0:
+        minimum = 1 - avail_gb / pre_gb
+        raise OOMError("weights_budget", MSG_WEIGHTS_LEAVE_NO_MEMORY.format(
+            frac=frac, suggested=math.ceil(minimum * 1000) / 1000, minimum=minimum), p)
+
+    # pool_configurator.py DefaultPoolConfigurator.calculate_pool_sizes (page_size 1 unless set).
     per_tok = kv_bytes_per_token(model, tp, args.get("kv_cache_dtype", "auto"), spec)
-    tokens = int(kv * MIB // per_tok) if kv > 0 else 0
-    if args.get("max_total_tokens") and tokens > args["max_total_tokens"]:
-        tokens = args["max_total_tokens"]
-        kv = tokens * per_tok / MIB
+    page = args.get("page_size") or 1
+    tokens = int(rest_gb * GIB) // per_tok // page * page
     p["kv_bytes_per_token"] = per_tok
-    p["max_total_num_tokens"] = tokens
-    p["kv_mib"] = max(kv, 0.0)
     if tokens <= 0:
-        msg = ("Not enough memory. Please try to increase --mem-fraction-static. "
-               "Current value: mem_fraction_static=%s" % frac)
-        raise OOMError("kv", msg, p)
-    static = target + draft + p["mamba_mib"] + p["spec_buffer_mib"] + p["kv_mib"]
-    p["avail_after_pool_mib"] = p["avail_begin_mib"] - static
+        raise OOMError("kv", MSG_NOT_ENOUGH_MEMORY, p)
+    limit = args.get("max_total_tokens")
+    if limit is not None:
+        if limit > tokens:
+            p["warnings"].append(WARN_MAX_TOTAL_TOKENS.format(limit=limit, tokens=tokens))
+        tokens = min(tokens, limit) // page * page
+        if tokens <= 0:
+            raise OOMError("kv", MSG_NOT_ENOUGH_MEMORY, p)
+    p["max_total_num_tokens"] = tokens
+    p["kv_mib"] = tokens * per_tok / MIB
+
+    reqs, warns = resolve_max_num_reqs(p, args, tokens, context_len, hybrid)
+    p["warnings"].extend(warns)
+    p["max_running_requests"] = reqs
+
+    static = target + draft + p["mamba_mib"] + p["kv_mib"]
+    p["avail_after_pool_mib"] = pre - static
     if p["avail_after_pool_mib"] < 0:
-        # mem_fraction_static > 1 - reserve: the pool itself does not fit.
-        free = max(p["avail_after_weights_mib"], 0) / 1024
-        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
-               "%.2f GiB of which %.2f GiB is free."
-               % (p["kv_mib"] / 1024, gpu.get("index", 0), total / 1024, free))
-        raise OOMError("pool", msg, p)
+        # mem_fraction_static > 1: the pool asks for more than is free and torch refuses.
+        raise OOMError("pool", _oom_text(p["kv_mib"], gpu.get("index", 0), total, avail), p)
 
     if graphs_on:
+        p["capture_bs"] = capture_sizes(capture_bs, reqs)
         per_slot_tokens = (draft_tokens + steps) if spec else 1
-        p["graph_mib"] = GRAPH_BASE_MIB + GRAPH_MIB_PER_SLOT_TOKEN * max_bs * per_slot_tokens
-    else:
-        p["graph_mib"] = 0.0
-    if graphs_on and p["graph_mib"] + GRAPH_SAFETY_MIB > p["avail_after_pool_mib"]:
-        need = (p["graph_mib"] + GRAPH_SAFETY_MIB) / 1024
-        free = max(p["avail_after_pool_mib"], 0) / 1024
-        msg = ("CUDA out of memory. Tried to allocate %.2f GiB. GPU %d has a total capacity of "
-               "%.2f GiB of which %.2f GiB is free." % (need, gpu.get("index", 0), total / 1024, free))
-        raise OOMError("graph", msg, p)
+        p["graph_mib"] = GRAPH_BASE_MIB + GRAPH_MIB_PER_SLOT_TOKEN * max(p["capture_bs"]) \
+            * per_slot_tokens
+        if p["graph_mib"] + GRAPH_SAFETY_MIB > p["avail_after_pool_mib"]:
+            raise OOMError("graph", _oom_text(p["graph_mib"] + GRAPH_SAFETY_MIB,
+                                              gpu.get("index", 0), total,
+                                              p["avail_after_pool_mib"]), p)
     p["avail_after_graph_mib"] = p["avail_after_pool_mib"] - p["graph_mib"]
     p["used_mib"] = p["context_mib"] + static + p["graph_mib"]
     return p

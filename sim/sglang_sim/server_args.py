@@ -155,6 +155,10 @@ def build_parser():
     add("--page-size", type=int, default=None, help="The number of tokens in a page.")
     add("--disable-radix-cache", action="store_true", default=False,
         help="Disable RadixAttention for prefix caching.")
+    add("--max-mamba-cache-size", type=int, default=None,
+        help="The maximum size of the mamba cache.")
+    add("--mamba-full-memory-ratio", type=float, default=None,
+        help="The ratio of mamba state memory to full kv cache memory.")
     # Parallelism
     add("--tp-size", "--tensor-parallel-size", type=int, default=1, dest="tp_size",
         help="The tensor parallelism size.")
@@ -262,12 +266,16 @@ def capture_batch_sizes(max_bs, speculative):
 
 
 def auto_memory_settings(gpu_mem_mib, tp_size, chunked_prefill_size, decode_max_bs,
-                         max_running_requests, disable_cuda_graph):
-    """(chunked_prefill_size, decode_max_bs, mem_fraction_static) per memory_hook.py.
+                         max_running_requests, disable_cuda_graph, model=None,
+                         prefill_max_bs=None, max_total_tokens=None):
+    """(chunked_prefill_size, decode_max_bs, mem_fraction_static) per arg_groups/memory_hook.py
+    handle_gpu_memory_settings, which runs before the speculative hook resets
+    max_running_requests to 48 (arg_groups/pipeline.py order).
 
-    The fraction is (gpu_mem - reserved)/gpu_mem with reserved (MB) = 512 +
-    1.5*activation_tokens + tp/8*1024 + 2*decode_max_bs + 8*len(prefill graph bs),
-    floored at 10 GB on GPUs over 60 GB. There is no speculative term.
+    The fraction is round((gpu_mem - reserved)/gpu_mem, 3) with reserved (MB) = 512 +
+    1.5*activation_tokens + tp/8*1024 + reserve_for_graph_mb (2*decode_max_bs + 8 per prefill
+    capture bucket), floored at 10 GB on GPUs over 60 GB; then adjust_mem_fraction_for_vlm for a
+    multimodal model with a vision config. There is no speculative term.
     """
     max_bs_default = decode_max_bs is None
     if gpu_mem_mib < 20 * 1024:
@@ -290,26 +298,52 @@ def auto_memory_settings(gpu_mem_mib, tp_size, chunked_prefill_size, decode_max_
     reserved = 512 + activation_tokens * 1.5 + tp_size / 8 * 1024
     if not disable_cuda_graph:
         reserved += decode_max_bs * 2
-        # Prefill graph batch sizes: token buckets up to chunked_prefill_size.
-        n_prefill_bs = len(_prefill_buckets(chunked_prefill_size))
-        reserved += n_prefill_bs * 8
+        if prefill_max_bs is None:
+            prefill_max_bs = chunked_prefill_size
+            if max_total_tokens is not None:
+                prefill_max_bs = min(prefill_max_bs, max_total_tokens)
+        reserved += len(_prefill_buckets(prefill_max_bs)) * 8
     if gpu_mem_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     frac = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
+    if model is not None and model.get("multimodal"):
+        frac = frac * vlm_mem_fraction_factor(model.get("vision_config"))
     return chunked_prefill_size, decode_max_bs, frac
 
 
-def _prefill_buckets(max_tokens):
-    out, b = [], 16
-    while b < max_tokens:
-        out.append(b)
-        b = b * 2 if b < 1024 else b + 1024
-    out.append(max_tokens)
-    return out
+# memory_hook.py adjust_mem_fraction_for_vlm constants.
+VLM_BASE_REDUCTION = 0.95
+VLM_SENSITIVITY = 0.1
+VLM_FACTOR_BOUNDS = (0.8, 1.05)
+VIT_BASELINE = (24, 1024)  # ViT-L/14 layers, hidden size
 
 
-def resolve(ns, gpu_mem_mib):
+def vlm_mem_fraction_factor(vision_config):
+    """memory_hook.py adjust_mem_fraction_for_vlm: 0.95 x (1 - 0.1 x (complexity ratio - 1)),
+    the ratio of layers x hidden^2 to ViT-L/14's, clamped to [0.8, 1.05]. The layer count is
+    read as ``num_hidden_layers`` (default 24) and the width as ``hidden_size`` (default 1024)."""
+    if vision_config is None:
+        return 1.0
+    layers = vision_config.get("num_hidden_layers", VIT_BASELINE[0])
+    hidden = vision_config.get("hidden_size", VIT_BASELINE[1])
+    ratio = layers * hidden ** 2 / float(VIT_BASELINE[0] * VIT_BASELINE[1] ** 2)
+    factor = 1.0 - VLM_SENSITIVITY * (ratio - 1.0)
+    factor = max(VLM_FACTOR_BOUNDS[0], min(VLM_FACTOR_BOUNDS[1], factor))
+    return VLM_BASE_REDUCTION * factor
+
+
+def _prefill_buckets(max_bs):
+    """cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes (token buckets)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1024 + 1, 64)) + list(range(1280, 4096 + 1, 256))
+             + list(range(4608, max_bs + 1, 512)))
+    return [s for s in sizes if s <= max_bs]
+
+
+def resolve(ns, gpu_mem_mib, model=None):
     """Resolve a parsed namespace like SGLang's hooks. Returns (args dict, warnings).
+
+    model: the catalog entry (config.lookup_model), for the multimodal mem-fraction reduction.
 
     Raises ArgsError for settings the real server rejects during argument resolution.
     """
@@ -327,7 +361,8 @@ def resolve(ns, gpu_mem_mib):
     user_max_bs = a["cuda_graph_max_bs_decode"]
     cps, max_bs, frac = auto_memory_settings(
         gpu_mem_mib, a["tp_size"], a["chunked_prefill_size"], a["cuda_graph_max_bs_decode"],
-        a["max_running_requests"], a["disable_cuda_graph"])
+        a["max_running_requests"], a["disable_cuda_graph"], model=model,
+        prefill_max_bs=a["cuda_graph_max_bs_prefill"], max_total_tokens=a["max_total_tokens"])
     a["chunked_prefill_size"] = cps
     a["cuda_graph_max_bs_decode"] = max_bs
     if a["mem_fraction_static"] is None:

@@ -18,7 +18,7 @@ KV_OOM = lines(
     "[2026-12-02 14:52:40 TP0] Load weight end. elapsed=151.2 s, type=Qwen3_5MoeForCausalLM, avail mem=33.80 GB, mem usage=60.81 GB.",
     "[2026-12-02 14:52:41 TP0] Scheduler hit an exception: Traceback (most recent call last):",
     '  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/model_executor/pool_configurator.py", line 212, in configure',
-    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: mem_fraction_static=0.83",
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
     "[2026-12-02 14:52:41] Received sigquit from a child process. It usually means the child failed.",
 )
 
@@ -65,6 +65,69 @@ PORT = lines(
     "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 30000): address already in use",
 )
 
+# The texts below are 0.5.23's, rendered with the sim's default-profile figures
+# (mem_cache/kv_cache_configurator.py, model_executor/pool_configurator.py, utils/network.py).
+WEIGHTS_BUDGET = lines(
+    "[2026-12-02 14:52:41 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+    "--mem-fraction-static=0.785126015625. Raise --mem-fraction-static above 0.616 (minimum viable = "
+    "1 - available/pre = 0.6155). If using speculative decoding, draft weights are now counted.",
+    "[2026-12-02 14:52:41] Received sigquit from a child process. It usually means the child failed.",
+)
+
+HYBRID_STATE = lines(
+    "RuntimeError: Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+    "max_mamba_cache_size=-21 (total_rest_memory=-0.82 GB, mamba_cache_per_req=36.63 MB). Try: (1) "
+    "reduce --max-running-requests, (2) increase --mem-fraction-static, (3) reduce "
+    "--speculative-num-draft-tokens, or (4) use GPUs with more memory.",
+)
+
+HYBRID_TOO_SMALL = lines(
+    "RuntimeError: Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+    "max_mamba_cache_size=4, mamba_ratio=5, resulting max_num_reqs=0. Try: (1) reduce "
+    "--max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with more memory.",
+)
+
+SWA_NO_ROOM = lines(
+    "RuntimeError: SWA pool cap (196608 tokens, 3.00 GiB) leaves no room for the full KV pool within "
+    "the available 2.50 GiB. Reduce --max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, or "
+    "increase --mem-fraction-static.",
+)
+
+DSV4_SWA_NO_ROOM = lines(
+    "RuntimeError: The DSV4 SWA pool cap (65536 tokens, 1.25 GB) leaves no room for the full KV pool "
+    "within the available 1.00 GB. Reduce --max-running-requests, lower --swa-prefix-tails or "
+    "SGLANG_SWA_EVICTION_INTERVAL, or increase --mem-fraction-static.",
+)
+
+NO_GPU = lines(
+    "[2026-12-02 14:50:05 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+    "RuntimeError: CUDA error: invalid device ordinal",
+)
+
+NVSMI = lines("RuntimeError: nvidia-smi failed (exit code 9: NVIDIA-SMI has failed because it couldn't "
+              "communicate with the NVIDIA driver.).")
+
+PORT_TIMEOUT = lines("ValueError: HTTP server at 30000 is not available in 30 seconds. HTTP server is "
+                     "used by a process already. process.name()='python3'")
+
+# Harmless lines of 0.5.23 that mention ports in use or memory (utils/network.py info/warning,
+# the mamba cap warning of kv_cache_configurator.py resolve_max_num_reqs).
+HARMLESS = lines(
+    "[2026-12-02 14:50:01] Port 30001 is already in use, trying port 30002",
+    "[2026-12-02 14:50:12] port 5757 is in use. Waiting for 15 seconds for nccl_port to be available. "
+    "nccl_port is used by a process already. process.name()='python3'",
+    "[2026-12-02 14:50:12] The port 5757 is in use, but we could not find the process that uses it.",
+    "[2026-12-02 14:52:41 TP0] max_running_requests is capped to 12 by the mamba state cache "
+    "(max_mamba_cache_size=61, 5 state slots per request). To raise it: increase "
+    "--mamba-full-memory-ratio or --max-mamba-cache-size, or halve the state size with "
+    "--mamba-ssm-dtype bfloat16.",
+    "[2026-12-02 14:52:41 TP0] max_running_requests was reduced from the requested 48 to 40 (per dp "
+    "worker) due to the available KV cache capacity.",
+    "[2026-12-02 14:50:01] Max running requests is reset to 48 for speculative decoding. You can "
+    "override this by explicitly setting --max-running-requests.",
+)
+
 UNKNOWN = lines(
     "[2026-12-02 14:50:09 TP0] Load weight begin. avail mem=94.61 GB",
     "[2026-12-02 14:50:20] Rank 2 scheduler died during initialization (exit code: -9). If exit code is -9 (SIGKILL), "
@@ -87,6 +150,15 @@ READY = lines(
     (UNRECOGNIZED, "bad_args"),
     (INVALID_CHOICE, "bad_args"),
     (PORT, "port_in_use"),
+    (PORT_TIMEOUT, "port_in_use"),
+    (WEIGHTS_BUDGET, "oom_weights"),
+    (HYBRID_STATE, "oom_hybrid_state"),
+    (HYBRID_TOO_SMALL, "oom_hybrid_state"),
+    (SWA_NO_ROOM, "oom_kv_cache"),
+    (DSV4_SWA_NO_ROOM, "oom_kv_cache"),
+    (NO_GPU, "no_gpu"),
+    (NVSMI, "no_gpu"),
+    (HARMLESS, "unknown"),
     (UNKNOWN, "unknown"),
     (READY, "unknown"),
     ([], "unknown"),
@@ -117,6 +189,7 @@ def test_oom_after_capture_end_is_not_a_capture_failure():
 
 @pytest.mark.parametrize("excerpt,fatal", [
     (KV_OOM, True), (GRAPH, True), (UNKNOWN, True), (AMBIGUOUS, True), (READY, False),
+    (WEIGHTS_BUDGET, True), (HYBRID_STATE, True), (HARMLESS, False),
     (lines("Load weight begin. avail mem=94.61 GB", "Decode batch, #running-req: 1, accept len: 3.2"), False),
 ])
 def test_is_fatal(excerpt, fatal):
@@ -135,3 +208,18 @@ def test_tail_and_hint():
     for cls in journal.FAILURE_CLASSES:
         assert journal.hint(cls)
     assert journal.hint("nonsense") == journal.hint("unknown")
+
+
+@pytest.mark.parametrize("line", HARMLESS)
+def test_no_rule_matches_a_harmless_line(line):
+    assert journal.classify([line]) == ("unknown", None)
+
+
+def test_memory_hints_name_the_levers_of_their_pool():
+    # The decode graph batch size frees no state or KV memory in 0.5.23: only the capture hint
+    # names it.
+    for cls in ("oom_weights", "oom_hybrid_state", "oom_kv_cache"):
+        assert "cuda_graph_max_bs" not in journal.hint(cls) and "graph" not in journal.hint(cls)
+        assert "mem_fraction_static" in journal.hint(cls)
+    assert "max_running_requests" in journal.hint("oom_hybrid_state")
+    assert "cuda_graph_max_bs_decode" in journal.hint("cuda_graph_capture")
