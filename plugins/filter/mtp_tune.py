@@ -398,6 +398,25 @@ def mtp_tune_fit_ladder(cuda_graph_max_bs=None, max_running_requests=None, bs_fl
             "allow_capped": bool(allow_capped)}
 
 
+def mtp_tune_capped(server, fit, levels=None):
+    """The running-request limit a launched server really has, when it is below the highest
+    concurrency the run benchmarks and the plan does not allow a capped unit; else None.
+
+    ``server`` is sglang_bench's ``server`` (``effective_max_running_requests`` from the
+    scheduler's internal state: SGLang 0.5.23 lowers the limit itself when the KV or hybrid
+    state pool is short, logging "max_running_requests is capped to N" / "was reduced from the
+    requested"); ``fit`` the plan of mtp_tune_fit_ladder.
+    """
+    eff = (server or {}).get("effective_max_running_requests") if isinstance(server, dict) else None
+    if eff in (None, "") or not isinstance(fit, dict):
+        return None
+    floor = fit.get("judged_floor") or (max(int(c) for c in levels) if levels else None)
+    if floor is None or fit.get("allow_capped"):
+        return None
+    eff = _int(eff, "effective_max_running_requests")
+    return eff if eff < int(floor) else None
+
+
 def _fit_progress(atts, fit, fit_classes):
     """Bisection state of one candidate's fit search: ``{"lever", "ok", "fail", "next", "capped"}``.
 
@@ -637,7 +656,7 @@ def _cannot_fit(cand, states, fit_classes):
         if not st["done"] or st["ok"] is not None:
             continue
         last = st["attempts"][-1]
-        if str(last.get("failure_class") or "").lower() not in fit_classes:
+        if str(last.get("failure_class") or "").lower() not in tuple(fit_classes) + ("capped",):
             continue
         other = last.get("candidate") or {}
         if other.get("topk") == cand["topk"] and other.get("draft_tokens", 0) <= cand["draft_tokens"] \
@@ -1006,4 +1025,5 @@ class FilterModule(object):
             "mtp_tune_verify": mtp_tune_verify,
             "mtp_tune_progress": mtp_tune_progress,
             "mtp_tune_key": candidate_key,
+            "mtp_tune_capped": mtp_tune_capped,
         }

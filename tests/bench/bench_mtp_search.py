@@ -209,25 +209,42 @@ def bench_search(args):
 
 # --------------------------------------------------------------------------- fit benchmark
 
-def fit_bench():
-    prof = config.PROFILES["rtx-pro-6000-x4"]
-    gpu = {"memory_mib": prof["memory_mib"], "reserved_mib": prof.get("reserved_mib", 0)}
-    model_name, model = config.lookup_model("Qwen/Qwen3.5-122B-A10B")
-    print("\nFit search on the simulator's memory model (%s, %s)" % ("rtx-pro-6000-x4", model_name))
+KIND_CLASS = {"kv": "oom_kv_cache", "hybrid_state": "oom_hybrid_state", "hybrid_reqs": "oom_hybrid_state",
+              "weights_budget": "oom_weights", "graph": "cuda_graph_capture"}
+
+
+def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp=4, mem_fraction=None):
+    """Fit search against the simulator's memory model, resolved like the sim server resolves a launch."""
+    from sglang_sim import server_args
+    prof = config.PROFILES[profile]
+    gpu = {"memory_mib": prof["memory_mib"], "reserved_mib": prof.get("reserved_mib", 0), "index": 0}
+    _key, model = config.lookup_model(model_path)
+    print("\nFit search on the simulator's memory model (%s, %s, tp %d)" % (profile, model_path, tp))
 
     def starts(steps, mrr, bs):
-        args = {"tp_size": 4, "speculative_algorithm": "EAGLE", "speculative_num_steps": steps,
-                "speculative_num_draft_tokens": steps + 1, "mem_fraction_static": 0.9,
-                "cuda_graph_max_bs_decode": min(bs, mrr), "max_running_requests": mrr}
+        argv = ["--model-path", model_path, "--tp", str(tp), "--speculative-algorithm", "EAGLE",
+                "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", str(steps + 1)]
+        if mrr is not None:
+            argv += ["--max-running-requests", str(mrr)]
+        if bs is not None:
+            argv += ["--cuda-graph-max-bs-decode", str(bs)]
+        if mem_fraction is not None:
+            argv += ["--mem-fraction-static", str(mem_fraction)]
+        args, _warn = server_args.resolve(server_args.parse(argv), gpu["memory_mib"], model=model)
         try:
-            memory.plan(gpu, model, args)
+            memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(
+                args["cuda_graph_max_bs_decode"], True))
             return None
         except memory.OOMError as exc:
-            return {"kv": "oom_kv_cache", "graph": "cuda_graph_capture"}.get(exc.kind, "cuda_oom")
+            return KIND_CLASS.get(exc.kind, "cuda_oom")
 
-    plan = NEW.mtp_tune_fit_ladder(None, None, 4, 1, 512, 48)
-    print("%5s %-20s %9s %8s %11s %7s %s" % ("steps", "first failure", "launches", "brute", "log2+1 max", "found", "largest that starts"))
-    worst_ok = True
+    plan = NEW.mtp_tune_fit_ladder(None, None, 4, 32, 512, 48)
+    print("fit floor: max-running-requests >= %d (the highest benchmarked level), graph bs >= %d" % (
+        plan["mrr_floor"], plan["bs_floor"]))
+    print("%5s %-18s %-22s %9s %6s %8s %s" % ("steps", "first failure", "lever", "launches", "brute", "log2+1",
+                                             "largest that starts: found / brute force"))
+    all_ok = True
     for steps in range(6, 17):
         cand = NEW.mtp_tune_candidates([steps])[0]
         attempts = []
@@ -236,37 +253,34 @@ def fit_bench():
             if nxt is None:
                 break
             ov = nxt["overrides"] or {}
-            mrr = ov.get("max_running_requests") or plan["max_running_requests"]
-            bs = ov.get("cuda_graph_max_bs") or plan["cuda_graph_max_bs"]
-            cls = starts(steps, mrr, bs)
+            cls = starts(steps, ov.get("max_running_requests"), ov.get("cuda_graph_max_bs"))
             attempts.append({"key": cand["key"], "candidate": cand, "overrides": ov, "fit_rung": nxt["fit_rung"],
                              "status": "failed" if cls else "ok", "failure_class": cls})
         first = attempts[0]["failure_class"] or "starts"
-        prog = NEW._fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if first != "starts" else None
+        prog = NEW._fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if attempts[0]["failure_class"] else None
         lever = prog["lever"] if prog else None
-        found = prog["ok"] if prog else plan["max_running_requests"]
-        # Brute force: every value of the lever from the start down, one launch each, to the first that starts.
-        if lever:
-            hi = plan[lever]
-            truth_v = None
-            brute = 1
-            for v in range(hi - 1, 0, -1):
-                brute += 1
-                mrr = v if lever == "max_running_requests" else plan["max_running_requests"]
-                bs = min(v, plan["cuda_graph_max_bs"]) if lever == "max_running_requests" else v
-                if starts(steps, mrr, bs) is None:
-                    truth_v = v
-                    break
-            floor = plan["mrr_floor"] if lever == "max_running_requests" else plan["bs_floor"]
-            target = int(math.ceil(math.log2(hi - floor + 1))) + 1
-        else:
-            truth_v, brute, target = found, 1, 1
-        ok = len(attempts) <= target and found == (truth_v if truth_v is None or truth_v >= (plan["mrr_floor"] if lever == "max_running_requests" else plan["bs_floor"]) else None)
-        worst_ok &= ok
-        print("%5d %-20s %9d %8d %11d %7s %s%s" % (steps, first, len(attempts), brute, target, found,
-                                                 "%s=%s" % (lever, truth_v) if lever else "-", "" if ok else "  MISSED"))
-    print("-- fit search within ceil(log2(range)) + 1 launches and on the largest setting that starts: %s"
-          % ("yes" if worst_ok else "NO"))
+        if not lever:
+            print("%5d %-18s %-22s %9d %6s %8s %s" % (steps, first, "-", len(attempts), "-", "-",
+                                                     "default settings" if first == "starts" else "no lever"))
+            continue
+        hi = plan[lever]
+        floor = plan["mrr_floor"] if lever == "max_running_requests" else plan["bs_floor"]
+        brute_v, brute = None, 1
+        for v in range(hi - 1, floor - 1, -1):
+            brute += 1
+            ov = {"max_running_requests": v, "cuda_graph_max_bs": min(v, plan["cuda_graph_max_bs"])} \
+                if lever == "max_running_requests" else {"max_running_requests": plan["max_running_requests"],
+                                                         "cuda_graph_max_bs": v}
+            if starts(steps, ov["max_running_requests"], ov["cuda_graph_max_bs"]) is None:
+                brute_v = v
+                break
+        target = int(math.ceil(math.log2(hi - floor + 1))) + 1
+        ok = len(attempts) <= target and prog["ok"] == brute_v
+        all_ok &= ok
+        print("%5d %-18s %-22s %9d %6d %8d %s / %s%s" % (steps, first, lever, len(attempts), brute, target,
+                                                       prog["ok"], brute_v, "" if ok else "  MISSED"))
+    print("-- fit search within ceil(log2(range)) + 1 launches and on the brute force's setting: %s"
+          % ("yes" if all_ok else "NO"))
 
 
 def main():

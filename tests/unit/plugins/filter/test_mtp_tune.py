@@ -634,3 +634,17 @@ def test_sim_default_profile_with_its_noise_adaptive_agrees_with_sweep():
             runs += 1
     assert within["adaptive"] >= 0.85 * runs and within["adaptive"] >= within["sweep"] - 5, within
     assert agree["adaptive/sweep"] >= agree["sweep/sweep"] - 8, agree
+
+
+def test_capped_server_below_the_benchmarked_concurrency_is_named_unless_allowed():
+    plan = F.mtp_tune_fit_ladder(None, None, mrr_floor=32)
+    assert F.mtp_tune_capped({"effective_max_running_requests": 16}, plan, [1, 32]) == 16
+    assert F.mtp_tune_capped({"effective_max_running_requests": 32}, plan, [1, 32]) is None
+    assert F.mtp_tune_capped({}, plan, [1, 32]) is None  # an older server that does not say
+    allowed = F.mtp_tune_fit_ladder(None, None, mrr_floor=32, allow_capped=True)
+    assert F.mtp_tune_capped({"effective_max_running_requests": 16}, allowed, [1, 32]) is None
+    # a capped candidate is recorded as failed 'capped': dearer drafts of its lane are not launched
+    cands = F.mtp_tune_candidates([3, 4, 5])
+    atts = [{"key": "s4-k1-d5", "candidate": cands[1], "status": "failed", "failure_class": "capped"},
+            _att(3, {"1": {"decode_tps_per_request": {"mean": 100.0}, "failed": 0}})]
+    assert F.mtp_tune_next(atts, cands, "adaptive", seed=4) is None
