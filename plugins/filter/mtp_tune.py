@@ -338,22 +338,27 @@ def mtp_tune_resume(loaded, candidates, levels=None, force=False):
 
 # --------------------------------------------------------------------------- fit search
 
-# What frees the memory each failure class ran out of, in SGLang 0.5.23:
-# - oom_kv_cache / oom_hybrid_state: the pools come out of mem_fraction_static after the
-#   weights, the per-request (mamba/SSM) state first, one slot per running request and one
-#   more per draft token with speculation; only fewer running requests shrink it (and the
-#   captured graph batch sizes are clamped to max_running_requests,
-#   model_executor/runner/base_cuda_graph_runner.py get_batch_sizes_to_capture);
+# What frees the memory each failure class ran out of, in SGLang 0.5.23
+# (srt/mem_cache/kv_cache_configurator.py):
+# - oom_kv_cache: the KV budget is what the pools leave after the weights; with speculation the
+#   hybrid state pool keeps one intermediate state per running request and draft token, so
+#   fewer running requests free it (captured graph batch sizes are clamped to
+#   max_running_requests too, model_executor/runner/base_cuda_graph_runner.py
+#   get_batch_sizes_to_capture);
 # - cuda_graph_capture / cuda_oom: graph capture runs in the headroom mem_fraction_static
 #   leaves, sized by the largest captured batch x tokens per slot: a smaller
 #   cuda-graph-max-bs-decode frees it without capping how many requests run;
-# - oom_weights: the weights leave no budget under mem_fraction_static; only a larger fraction
-#   helps, which the tuner does not change (the failure ends the candidate's fit search, and
-#   dearer candidates of its lane are not launched).
+# - oom_hybrid_state: with the radix cache on (the default) the state pool is solved from the
+#   memory budget alone (_handle_max_mamba_cache), so no running-request limit helps; only a
+#   larger mem_fraction_static or fewer draft tokens (a cheaper candidate) do.  Without the
+#   radix cache the pool is max_running_requests slots: map it to max_running_requests then;
+# - oom_weights: the weights leave no budget under mem_fraction_static; the tuner does not
+#   raise the fraction (the failure ends the candidate's fit search; dearer drafts of its lane
+#   are not launched).
 DEFAULT_FIT_LEVERS = {
     "oom_weights": None,
+    "oom_hybrid_state": None,
     "oom_kv_cache": "max_running_requests",
-    "oom_hybrid_state": "max_running_requests",
     "cuda_graph_capture": "cuda_graph_max_bs",
     "cuda_oom": "cuda_graph_max_bs",
 }

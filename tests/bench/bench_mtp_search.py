@@ -213,13 +213,19 @@ KIND_CLASS = {"kv": "oom_kv_cache", "hybrid_state": "oom_hybrid_state", "hybrid_
               "weights_budget": "oom_weights", "graph": "cuda_graph_capture"}
 
 
-def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp=4, mem_fraction=None):
+def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp=4, mem_fraction=None,
+              allow_capped=False, gpu_mib=None, no_radix=False):
     """Fit search against the simulator's memory model, resolved like the sim server resolves a launch."""
     from sglang_sim import server_args
     prof = config.PROFILES[profile]
-    gpu = {"memory_mib": prof["memory_mib"], "reserved_mib": prof.get("reserved_mib", 0), "index": 0}
+    gpu = {"memory_mib": gpu_mib or prof["memory_mib"], "reserved_mib": prof.get("reserved_mib", 0), "index": 0}
     _key, model = config.lookup_model(model_path)
-    print("\nFit search on the simulator's memory model (%s, %s, tp %d)" % (profile, model_path, tp))
+    print("\nFit search on the simulator's memory model (%s%s, %s, tp %d%s%s)" % (
+        profile, " at %d MiB" % gpu_mib if gpu_mib else "", model_path, tp,
+        ", mem-fraction-static %s" % mem_fraction if mem_fraction else "", ", capped allowed" if allow_capped else "")
+        + (" --disable-radix-cache, oom_hybrid_state -> max_running_requests" if no_radix else ""))
+
+    caps = {}
 
     def starts(steps, mrr, bs):
         argv = ["--model-path", model_path, "--tp", str(tp), "--speculative-algorithm", "EAGLE",
@@ -231,15 +237,19 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
             argv += ["--cuda-graph-max-bs-decode", str(bs)]
         if mem_fraction is not None:
             argv += ["--mem-fraction-static", str(mem_fraction)]
+        if no_radix:
+            argv += ["--disable-radix-cache"]
         args, _warn = server_args.resolve(server_args.parse(argv), gpu["memory_mib"], model=model)
         try:
-            memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(
+            p = memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(
                 args["cuda_graph_max_bs_decode"], True))
+            caps[steps] = p.get("max_running_requests")
             return None
         except memory.OOMError as exc:
             return KIND_CLASS.get(exc.kind, "cuda_oom")
 
-    plan = NEW.mtp_tune_fit_ladder(None, None, 4, 32, 512, 48)
+    plan = NEW.mtp_tune_fit_ladder(None, None, 4, 32, 512, 48, allow_capped=allow_capped,
+                                   levers={"oom_hybrid_state": "max_running_requests"} if no_radix else None)
     print("fit floor: max-running-requests >= %d (the highest benchmarked level), graph bs >= %d" % (
         plan["mrr_floor"], plan["bs_floor"]))
     print("%5s %-18s %-22s %9s %6s %8s %s" % ("steps", "first failure", "lever", "launches", "brute", "log2+1",
@@ -253,15 +263,22 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
             if nxt is None:
                 break
             ov = nxt["overrides"] or {}
-            cls = starts(steps, ov.get("max_running_requests"), ov.get("cuda_graph_max_bs"))
+            # The first launch runs at the plan's start (48 running requests, graphs clamped to it).
+            cls = starts(steps, ov.get("max_running_requests") or plan["max_running_requests"],
+                         ov.get("cuda_graph_max_bs") or plan["cuda_graph_max_bs"])
             attempts.append({"key": cand["key"], "candidate": cand, "overrides": ov, "fit_rung": nxt["fit_rung"],
                              "status": "failed" if cls else "ok", "failure_class": cls})
         first = attempts[0]["failure_class"] or "starts"
         prog = NEW._fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if attempts[0]["failure_class"] else None
         lever = prog["lever"] if prog else None
         if not lever:
-            print("%5d %-18s %-22s %9d %6s %8s %s" % (steps, first, "-", len(attempts), "-", "-",
-                                                     "default settings" if first == "starts" else "no lever"))
+            capped = caps.get(steps)
+            print("%5d %-18s %-22s %9d %6s %8s %s" % (
+                steps, first, "-", len(attempts), "-", "-",
+                ("starts; SGLang caps running requests at %s%s" % (
+                    capped, " (< the benchmarked %d: not a candidate unless allowed)" % plan["judged_floor"]
+                    if capped is not None and capped < plan["judged_floor"] else ""))
+                if first == "starts" else "no lever: %s" % first))
             continue
         hi = plan[lever]
         floor = plan["mrr_floor"] if lever == "max_running_requests" else plan["bs_floor"]
@@ -281,6 +298,7 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
                                                        prog["ok"], brute_v, "" if ok else "  MISSED"))
     print("-- fit search within ceil(log2(range)) + 1 launches and on the brute force's setting: %s"
           % ("yes" if all_ok else "NO"))
+    return all_ok
 
 
 def main():
@@ -294,6 +312,8 @@ def main():
     bench_search(args)
     if not args.no_fit:
         fit_bench()
+        fit_bench("h200-x8", "Qwen/Qwen3.5-122B-A10B", 2)
+        fit_bench("rtx-pro-6000-x4", "Qwen/Qwen3.5-122B-A10B", 4, gpu_mib=60000)
 
 
 if __name__ == "__main__":

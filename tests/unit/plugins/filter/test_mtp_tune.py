@@ -317,7 +317,10 @@ def test_fit_plan_starts_where_sglang_really_is():
     plan = F.mtp_tune_fit_ladder(512, None, bs_floor=4, mrr_floor=32, default_mrr=48)
     # 0.5.23: 48 running requests with speculation; captured graph sizes clamped to it.
     assert plan["max_running_requests"] == 48 and plan["cuda_graph_max_bs"] == 48
-    assert plan["mrr_floor"] == 32 and plan["levers"]["oom_hybrid_state"] == "max_running_requests"
+    assert plan["mrr_floor"] == 32 and plan["levers"]["oom_kv_cache"] == "max_running_requests"
+    assert plan["levers"]["oom_hybrid_state"] is None  # radix cache on: the pool ignores the limit
+    assert F.mtp_tune_fit_ladder(levers={"oom_hybrid_state": "max_running_requests"})["levers"]["oom_hybrid_state"] \
+        == "max_running_requests"
     assert plan["levers"]["cuda_graph_capture"] == "cuda_graph_max_bs"
     assert F.mtp_tune_fit_ladder(None, 16, mrr_floor=32, allow_capped=True)["mrr_floor"] == 1
     with pytest.raises(AnsibleFilterError):
@@ -374,10 +377,10 @@ def test_fit_never_goes_below_the_judged_concurrency_unless_allowed():
 def test_fit_only_for_memory_classes_and_not_for_weights():
     cands = F.mtp_tune_candidates([3])
     plan = F.mtp_tune_fit_ladder(None, None)
-    for cls in ("bad_args", "oom_weights"):
+    for cls in ("bad_args", "oom_weights", "oom_hybrid_state"):
         atts = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": cls}]
         assert F.mtp_tune_next(atts, cands, "sweep", fit_retry=True, fit_ladder=plan,
-                               fit_classes=["oom_kv_cache", "oom_weights"]) is None
+                               fit_classes=["oom_kv_cache", "oom_weights", "oom_hybrid_state"]) is None
     oom = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom_kv_cache"}]
     nxt = F.mtp_tune_next(oom, cands, "sweep", fit_retry=True, fit_ladder=plan)
     assert nxt["overrides"] == {"max_running_requests": 24, "cuda_graph_max_bs": 24}
