@@ -378,8 +378,7 @@ def mtp_tune_fit_ladder(cuda_graph_max_bs=None, max_running_requests=None, bs_fl
     48 running requests with speculation, and a captured graph batch no larger than that
     (captured sizes are clamped to max_running_requests, so a larger setting changes nothing).
     ``mrr_floor`` is the highest concurrency the objective is judged at: fewer running requests
-    would queue the benchmark's own requests, so a unit capped below it is not converged
-    unless ``allow_capped``.
+    would queue that load, so a unit capped below it is not converged unless ``allow_capped``.
     """
     mrr_given = None if max_running_requests in (None, "") else _int(max_running_requests, "max_running_requests")
     mrr = mrr_given if mrr_given is not None else _int(default_mrr, "default_mrr")
@@ -405,7 +404,7 @@ def mtp_tune_fit_ladder(cuda_graph_max_bs=None, max_running_requests=None, bs_fl
 
 def mtp_tune_capped(server, fit, levels=None):
     """The running-request limit a launched server really has, when it is below the highest
-    concurrency the run benchmarks and the plan does not allow a capped unit; else None.
+    concurrency the objective is judged at and the plan does not allow a capped unit; else None.
 
     ``server`` is sglang_bench's ``server`` (``effective_max_running_requests`` from the
     scheduler's internal state: SGLang 0.5.23 lowers the limit itself when the KV or hybrid

@@ -107,7 +107,7 @@ def test_summary_shows_margin_interval_and_what_was_capped():
     d["settings"]["fit_ladder"] = {"max_running_requests": 48, "judged_floor": 32, "cuda_graph_max_bs": 48}
     d["winner"]["overrides"] = {"max_running_requests": 20, "cuda_graph_max_bs": 20}
     md = R.render_summary(R.finalize(d))
-    assert "Capped: max-running-requests 20 is below the benchmarked 32 (from 48)" in md
+    assert "Capped: max-running-requests 20 is below the judged concurrency 32 (from 48)" in md
     d["winner"]["overrides"] = {"max_running_requests": 40, "cuda_graph_max_bs": 40}
     md = R.render_summary(R.finalize(d))
     assert "Fitted: cuda-graph-max-bs 40, max-running-requests 40 (the largest setting that started; SGLang would use " \
