@@ -491,8 +491,6 @@ def _alpha_of(k, tau):
     return (lo + hi) / 2.0
 
 
-
-
 class _Lane(object):
     """What the launches of one topk lane say about the unmeasured candidates.
 

@@ -327,8 +327,8 @@ def render_summary(doc):
         mrr = (winner.get("overrides") or {}).get("max_running_requests")
         if mrr is not None and fit.get("judged_floor") and int(mrr) < int(fit["judged_floor"]):
             out.append("- Capped: max-running-requests %s is below the judged concurrency %s (from %s): levels "
-                       "above it queue, their figures include the wait" % (mrr, fit["judged_floor"],
-                                                                         fit.get("max_running_requests")))
+                       "above it queue, their figures include the wait"
+                       % (mrr, fit["judged_floor"], fit.get("max_running_requests")))
         elif winner.get("overrides"):
             out.append("- Fitted: %s (the largest setting that started; SGLang would use %s)" % (
                 ", ".join("%s %s" % (k.replace("_", "-"), v) for k, v in sorted(winner["overrides"].items()) if v is not None),

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark of the tuner's search and fit search (prints figures; not a test).
 
 Search: over a library of landscapes (the simulator's throughput model, sim/sglang_sim/perf.py,
@@ -34,7 +33,8 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-import conftest  # noqa: E402,F401  (makes the checkout importable as the collection, and sim/)
+# Importing the test setup makes the checkout importable as the collection, and sim/ as sglang_sim.
+import conftest  # noqa: E402,F401 pylint: disable=unused-import
 
 from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as NEW  # noqa: E402
 from sglang_sim import perf, memory, config  # noqa: E402
@@ -171,8 +171,8 @@ def bench_search(args):
     summary = {}
     for label, mod, kw in algos:
         print("\n== %s%s" % (label, " (probe_ends=%s)" % kw["probe_ends"] if kw else ""))
-        print("%-42s %8s %9s %8s %7s %12s %11s %10s" % ("landscape", "launches", "regret%", "sweep", "lead%", "noisy best",
-                                                       "in band", "noisy l."))
+        print("%-42s %8s %9s %8s %7s %12s %11s %10s"
+              % ("landscape", "launches", "regret%", "sweep", "lead%", "noisy best", "in band", "noisy l."))
         tot_l = tot_s = fail_nf = judged = judged_ok = tot_in = tot_tunes = 0
         for li, land in enumerate(lands):
             vals = truth(land)
@@ -258,8 +258,8 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
                                    levers={"oom_hybrid_state": "max_running_requests"} if no_radix else None)
     print("fit floor: max-running-requests >= %d (the judged concurrency, throughput at C=32), graph bs >= %d" % (
         plan["mrr_floor"], plan["bs_floor"]))
-    print("%5s %-18s %-22s %9s %6s %8s %s" % ("steps", "first failure", "lever", "launches", "brute", "log2+1",
-                                             "largest that starts: found / brute force"))
+    print("%5s %-18s %-22s %9s %6s %8s %s"
+          % ("steps", "first failure", "lever", "launches", "brute", "log2+1", "largest that starts: found / brute force"))
     all_ok = True
     for steps in range(6, 17):
         cand = NEW.mtp_tune_candidates([steps])[0]
@@ -300,15 +300,15 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
         target = int(math.ceil(math.log2(hi - floor + 1))) + 1
         ok = len(attempts) <= target and prog["ok"] == brute_v
         all_ok &= ok
-        print("%5d %-18s %-22s %9d %6d %8d %s / %s%s" % (steps, first, lever, len(attempts), brute, target,
-                                                       prog["ok"], brute_v, "" if ok else "  MISSED"))
+        print("%5d %-18s %-22s %9d %6d %8d %s / %s%s"
+              % (steps, first, lever, len(attempts), brute, target, prog["ok"], brute_v, "" if ok else "  MISSED"))
     print("-- fit search within ceil(log2(range)) + 1 launches and on the brute force's setting: %s"
           % ("yes" if all_ok else "NO"))
     return all_ok
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--tunes", type=int, default=20)
     ap.add_argument("--cv", type=float, default=0.025)
     ap.add_argument("--probe-ends", default="high", choices=NEW.PROBE_ENDS)
