@@ -170,11 +170,11 @@ def _level(attempt, c):
     return node
 
 
-def _interval(value, ci, noise):
-    """The band a figure could be in: the benchmark's CI when it repeated, else +/- noise."""
-    if ci is not None:
-        return (min(ci[0], value), max(ci[1], value))
-    return (value * (1.0 - noise), value * (1.0 + noise))
+def _repeats(node, figure):
+    """How many benchmark repeats a figure is the mean of (1 without a confidence interval)."""
+    ci = ((node or {}).get("ci") or {}).get(figure) if isinstance(node, dict) else None
+    n = _num(ci.get("n")) if isinstance(ci, dict) else None
+    return int(n) if n and n >= 1 else 1
 
 
 # --------------------------------------------------------------------------- scoring
@@ -197,7 +197,8 @@ def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, s
         raise AnsibleFilterError("objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
     if tps_stat not in ("mean", "p50"):
         raise AnsibleFilterError("tps_stat must be mean or p50, got %r" % (tps_stat,))
-    res = {"value": None, "low": None, "high": None, "level": None, "feasible": False, "reason": ""}
+    res = {"value": None, "low": None, "high": None, "level": None, "feasible": False, "reason": "",
+           "n": 0, "half": None}
     if not attempt or attempt.get("status") != "ok":
         res["reason"] = "not measured" if not attempt else "failed: %s" % (attempt.get("failure_class") or "unknown")
         return res
@@ -228,8 +229,8 @@ def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, s
             if tps is None:
                 reasons.append("C=%d has no per-request tok/s" % c)
                 continue
-            ci = m["decode_tps_ci"] if tps_stat == "mean" else m["decode_tps_p50_ci"]
-            cand = (tps, ci, c)
+            fig = "decode_tps_per_request_mean" if tps_stat == "mean" else "decode_tps_per_request_p50"
+            cand = (tps, _repeats(node, fig), c)
         else:
             if m["output_throughput"] is None:
                 reasons.append("C=%d has no output_throughput" % c)
@@ -242,15 +243,20 @@ def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, s
                 if slo_max_ttft_p99_ms not in (None, "") and (ttft is None or ttft > float(slo_max_ttft_p99_ms)):
                     reasons.append("C=%d TTFT p99 %s ms > %s" % (c, "?" if ttft is None else "%.0f" % ttft, slo_max_ttft_p99_ms))
                     continue
-            cand = (m["output_throughput"], m["output_throughput_ci"], c)
+            cand = (m["output_throughput"], _repeats(node, "output_throughput"), c)
         if best is None or cand[0] > best[0]:
             best = cand
     if best is None:
         res["reason"] = "; ".join(reasons) or "no level to judge"
         return res
-    lo, hi = _interval(best[0], best[1], noise)
-    res.update(value=best[0], low=lo, high=hi, level=best[2], feasible=True,
-               reason="ci" if best[1] is not None else "noise band +/-%g%%" % (noise * 100))
+    # The band of one figure is the operator's noise (the half-width of one measurement),
+    # narrowed by the square root of the repeats it averages.  A Student-t interval over 2 or 3
+    # repeats is wider than the noise it estimates (t = 12.7 at n = 2) and would make clearly
+    # worse settings "ties", so it is not used to decide.
+    half = noise / math.sqrt(best[1])
+    res.update(value=best[0], low=best[0] * (1.0 - half), high=best[0] * (1.0 + half), level=best[2],
+               feasible=True, n=best[1], half=half,
+               reason="noise band +/-%.2g%% (%d repeat%s)" % (half * 100, best[1], "" if best[1] == 1 else "s"))
     return res
 
 
@@ -262,30 +268,32 @@ def _fit_classes(classes):
     return tuple(str(c).lower() for c in classes)
 
 
-def _state(attempts, fit_retry, ladder_len, fit_classes):
-    """Per candidate key: the attempts, the deciding attempt, and whether a fit-retry is pending."""
+def _state(attempts, fit=None, fit_classes=()):
+    """Per candidate key: its attempts, the deciding attempt, and the next fit launch if one is due.
+
+    ``fit`` is the plan of mtp_tune_fit_ladder (None: no fit search).  The fit search of a
+    candidate that failed on memory bisects the lever its failure class names for the largest
+    setting that starts: each launch that starts raises the lower end, each that fails lowers
+    the upper end, until the two meet.
+    """
     states = {}
     for att in attempts or []:
         key = att.get("key") or candidate_key(att["candidate"])
-        st = states.setdefault(key, {"attempts": [], "ok": None, "pending_rung": None, "done": False})
+        st = states.setdefault(key, {"attempts": [], "ok": None, "pending": None, "done": False, "fit": None})
         st["attempts"].append(att)
     for key, st in states.items():
         oks = [a for a in st["attempts"] if a.get("status") == "ok"]
-        if oks:
-            st["ok"] = oks[-1]
-            st["done"] = True
-            continue
+        st["ok"] = oks[-1] if oks else None
         last = st["attempts"][-1]
         if last.get("status") == "skipped":
             st["done"] = True
             continue
-        rung = last.get("fit_rung")
-        rung = -1 if rung is None else int(rung)
-        cls = str(last.get("failure_class") or "").lower()
-        if fit_retry and cls in fit_classes and rung + 1 < ladder_len:
-            st["pending_rung"] = rung + 1
-        else:
-            st["done"] = True
+        if fit:
+            st["fit"] = _fit_progress(st["attempts"], fit, fit_classes)
+            if st["fit"] and st["fit"]["next"] is not None:
+                st["pending"] = st["fit"]["next"]
+                continue
+        st["done"] = True
     return states
 
 
@@ -295,7 +303,7 @@ def mtp_tune_measured(attempts, candidates, levels=None):
     keys = set(c["key"] for c in candidates or [])
     want = [str(c) for c in (levels or [])]
     out = []
-    for key, st in _state(attempts, False, 0, ()).items():
+    for key, st in _state(attempts).items():
         if key not in keys or not st["done"]:
             continue
         if st["ok"] is not None:
@@ -328,35 +336,130 @@ def mtp_tune_resume(loaded, candidates, levels=None, force=False):
     return kept
 
 
-# --------------------------------------------------------------------------- fit-retry ladder
+# --------------------------------------------------------------------------- fit search
+
+# What frees the memory each failure class ran out of, in SGLang 0.5.23
+# (srt/mem_cache/kv_cache_configurator.py):
+# - oom_kv_cache: the KV budget is what the pools leave after the weights; with speculation the
+#   hybrid state pool keeps one intermediate state per running request and draft token, so
+#   fewer running requests free it (captured graph batch sizes are clamped to
+#   max_running_requests too, model_executor/runner/base_cuda_graph_runner.py
+#   get_batch_sizes_to_capture);
+# - cuda_graph_capture / cuda_oom: graph capture runs in the headroom mem_fraction_static
+#   leaves, sized by the largest captured batch x tokens per slot: a smaller
+#   cuda-graph-max-bs-decode frees it without capping how many requests run;
+# - oom_hybrid_state: with the radix cache on (the default) the state pool is solved from the
+#   memory budget alone (_handle_max_mamba_cache), so no running-request limit helps; only a
+#   larger mem_fraction_static or fewer draft tokens (a cheaper candidate) do.  Without the
+#   radix cache the pool is max_running_requests slots: map it to max_running_requests then;
+# - oom_weights: the weights leave no budget under mem_fraction_static; the tuner does not
+#   raise the fraction (the failure ends the candidate's fit search; dearer drafts of its lane
+#   are not launched).
+DEFAULT_FIT_LEVERS = {
+    "oom_weights": None,
+    "oom_hybrid_state": None,
+    "oom_kv_cache": "max_running_requests",
+    "cuda_graph_capture": "cuda_graph_max_bs",
+    "cuda_oom": "cuda_graph_max_bs",
+}
+# SGLang 0.5.23 sets max_running_requests to 48 when speculative decoding is on and the
+# operator left it unset (arg_groups/speculative_hook.py).
+SPEC_DEFAULT_MRR = 48
+
 
 def mtp_tune_fit_ladder(cuda_graph_max_bs=None, max_running_requests=None, bs_floor=4, mrr_floor=1,
-                        default_bs=512, default_mrr=48):
-    """Settings to retry a candidate that did not fit, in SGLang's documented OOM order.
+                        default_bs=512, default_mrr=SPEC_DEFAULT_MRR, levers=None, allow_capped=False):
+    """The fit search's plan: where each lever starts and how low it may go.
 
-    First the decode CUDA-graph batch size halves down to ``bs_floor`` (graph memory scales with
-    batch x draft tokens), then, at that floor, ``--max-running-requests`` halves down to
-    ``mrr_floor`` (KV reserved for running requests).  Unset values start from SGLang's own
-    defaults on big GPUs (512 graph bs; 48 running requests once speculation is on).
-    Each rung is ``{"cuda_graph_max_bs": int, "max_running_requests": int|None}``.
+    A candidate that fails on memory is relaunched with the lever its failure class names
+    (``levers``: class -> ``max_running_requests`` | ``cuda_graph_max_bs``; default
+    DEFAULT_FIT_LEVERS), bisecting for the largest setting that starts in at most
+    ceil(log2(range)) + 1 launches.  Unset values start from what SGLang 0.5.23 really uses:
+    48 running requests with speculation, and a captured graph batch no larger than that
+    (captured sizes are clamped to max_running_requests, so a larger setting changes nothing).
+    ``mrr_floor`` is the highest concurrency the objective is judged at: fewer running requests
+    would queue that load, so a unit capped below it is not converged unless ``allow_capped``.
     """
+    mrr_given = None if max_running_requests in (None, "") else _int(max_running_requests, "max_running_requests")
+    mrr = mrr_given if mrr_given is not None else _int(default_mrr, "default_mrr")
     bs = _int(cuda_graph_max_bs if cuda_graph_max_bs not in (None, "") else default_bs, "cuda_graph_max_bs")
     floor = _int(bs_floor, "bs_floor")
     mfloor = _int(mrr_floor, "mrr_floor")
-    if bs < 1 or floor < 1 or mfloor < 1:
-        raise AnsibleFilterError("fit ladder values must be >= 1")
-    mrr_given = None if max_running_requests in (None, "") else _int(max_running_requests, "max_running_requests")
-    rungs = []
-    cur = bs
-    while cur > floor:
-        cur = max(floor, cur // 2)
-        rungs.append({"cuda_graph_max_bs": cur, "max_running_requests": mrr_given})
-    last_bs = cur
-    mrr = mrr_given if mrr_given is not None else _int(default_mrr, "default_mrr")
-    while mrr > mfloor:
-        mrr = max(mfloor, mrr // 2)
-        rungs.append({"cuda_graph_max_bs": min(last_bs, mrr), "max_running_requests": mrr})
-    return rungs
+    if bs < 1 or floor < 1 or mfloor < 1 or mrr < 1:
+        raise AnsibleFilterError("fit values must be >= 1 (cuda_graph_max_bs %r, max_running_requests %r, "
+                                 "floors %r/%r)" % (bs, mrr, floor, mfloor))
+    lev = dict(DEFAULT_FIT_LEVERS)
+    if levers not in (None, ""):
+        if not isinstance(levers, dict):
+            raise AnsibleFilterError("mtp_tune_fit_levers must be a mapping of failure class to lever, got %r" % (levers,))
+        for cls, lever in levers.items():
+            if lever not in (None, "", "none", "max_running_requests", "cuda_graph_max_bs"):
+                raise AnsibleFilterError(
+                    "mtp_tune_fit_levers[%s] must be max_running_requests, cuda_graph_max_bs or none, got %r" % (cls, lever))
+            lev[str(cls).lower()] = None if lever in (None, "", "none") else lever
+    return {"cuda_graph_max_bs": min(bs, mrr), "max_running_requests": mrr, "bs_floor": min(floor, mrr),
+            "mrr_floor": 1 if allow_capped else mfloor, "judged_floor": mfloor, "levers": lev,
+            "allow_capped": bool(allow_capped)}
+
+
+def mtp_tune_capped(server, fit, levels=None):
+    """The running-request limit a launched server really has, when it is below the highest
+    concurrency the objective is judged at and the plan does not allow a capped unit; else None.
+
+    ``server`` is sglang_bench's ``server`` (``effective_max_running_requests`` from the
+    scheduler's internal state: SGLang 0.5.23 lowers the limit itself when the KV or hybrid
+    state pool is short, logging "max_running_requests is capped to N" / "was reduced from the
+    requested"); ``fit`` the plan of mtp_tune_fit_ladder.
+    """
+    eff = (server or {}).get("effective_max_running_requests") if isinstance(server, dict) else None
+    if eff in (None, "") or not isinstance(fit, dict):
+        return None
+    floor = fit.get("judged_floor") or (max(int(c) for c in levels) if levels else None)
+    if floor is None or fit.get("allow_capped"):
+        return None
+    eff = _int(eff, "effective_max_running_requests")
+    return eff if eff < int(floor) else None
+
+
+def _fit_progress(atts, fit, fit_classes):
+    """Bisection state of one candidate's fit search: ``{"lever", "ok", "fail", "next", "capped"}``.
+
+    ``next`` is the overrides of the next launch, None when the search is over (or never began).
+    """
+    first = None
+    for att in atts:
+        cls = str(att.get("failure_class") or "").lower()
+        if att.get("status") == "failed" and cls in fit_classes:
+            first = att
+            break
+    if first is None:
+        return None
+    lever = (fit.get("levers") or {}).get(str(first.get("failure_class")).lower())
+    if lever is None:
+        return {"lever": None, "ok": None, "fail": None, "next": None, "capped": False}
+    start = {"max_running_requests": fit["max_running_requests"], "cuda_graph_max_bs": fit["cuda_graph_max_bs"]}
+    floor = fit["mrr_floor"] if lever == "max_running_requests" else fit["bs_floor"]
+    ok, fail = floor - 1, None
+    for att in atts:
+        ov = att.get("overrides") or {}
+        val = ov.get(lever)
+        val = start[lever] if val in (None, "") else int(val)
+        if att.get("status") == "ok":
+            ok = max(ok, val)
+        elif att.get("status") == "failed":
+            if str(att.get("failure_class") or "").lower() not in fit_classes:
+                return {"lever": lever, "ok": None, "fail": val, "next": None, "capped": False}
+            fail = val if fail is None else min(fail, val)
+    out = {"lever": lever, "ok": ok if ok >= floor else None, "fail": fail, "next": None,
+           "capped": lever == "max_running_requests" and ok >= floor and ok < fit["judged_floor"]}
+    if fail is not None and fail - ok > 1:
+        mid = (ok + fail) // 2
+        nxt = dict(start)
+        nxt[lever] = mid
+        if lever == "max_running_requests":
+            nxt["cuda_graph_max_bs"] = min(start["cuda_graph_max_bs"], mid)
+        out["next"] = nxt
+    return out
 
 
 # --------------------------------------------------------------------------- search
@@ -368,37 +471,184 @@ def _seed_index(cands, seed):
     return min(range(len(cands)), key=lambda i: (abs(cands[i]["steps"] - seed), cands[i]["steps"]))
 
 
-def _climb(lane, scores, seed_idx, min_gain):
-    """Next index to try in one lane (cheapest -> dearest), or None when the climb is over.
+def _chain_tau(k, alpha):
+    """Tokens per verify round of a chain draft of depth ``k`` accepted with probability alpha."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
-    ``scores``: index -> float (measured; infeasible counts 0.0) or None (failed for good).
+
+def _alpha_of(k, tau):
+    """The per-token acceptance that gives accept length ``tau`` at depth ``k`` (bisection)."""
+    tau = min(max(float(tau), 1.0), float(k + 1))
+    lo, hi = 0.0, 1.0
+    for _i in range(40):
+        mid = (lo + hi) / 2.0
+        if _chain_tau(k, mid) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+class _Lane(object):
+    """What the launches of one topk lane say about the unmeasured candidates.
+
+    Each launch gives, per concurrency level, per-request and aggregate tok/s and the accept
+    length; dividing accept length by a rate gives a time per verify round.  The round time
+    grows with the draft depth and, on every server the project knows, at a non-decreasing rate
+    (each extra draft token costs at least what the previous one did); the accept length follows
+    the chain model.  Together they bound every unmeasured candidate's figure from above; where
+    the measured points contradict the convexity beyond the noise, only the monotone bound is
+    used, and where they contradict monotony, no bound at all (the candidate must be measured).
     """
-    n = len(lane)
-    if seed_idx not in scores:
-        return seed_idx
-    ok = dict((i, s) for i, s in scores.items() if s is not None)
-    if not ok:
-        # Nothing started yet: deep speculation is what usually does not fit, so walk down.
-        below = [i for i in range(min(scores)) if i not in scores]
-        return below[-1] if below else None
-    b = max(ok, key=lambda i: (ok[i], -i))
-    if ok[b] <= 0:
-        # Nothing meets the SLO yet: there is no slope to follow, so widen the search outward.
-        above = list(range(max(scores) + 1, n))
-        below = [i for i in range(min(scores)) if i not in scores]
-        return above[0] if above else (below[-1] if below else None)
-    up = b + 1
-    if up < n and up not in scores:
-        prev = b - 1
-        if prev not in ok:
-            return up
-        if ok[prev] <= 0 or ok[b] / ok[prev] - 1.0 >= min_gain:
-            return up
-    down = b - 1
-    if down >= 0 and down not in scores and (up >= n or up in scores):
-        # The step above did not beat b (or there is none): the peak may lie below the seed.
-        return down
-    return None
+
+    def __init__(self, lane, states, objective, level, noise, slo_min_tps):
+        self.lane = lane
+        self.noise = noise
+        self.objective = objective
+        self.slo_min = None if slo_min_tps in (None, "") else float(slo_min_tps)
+        self.points = {}  # x (draft tokens - 1) -> {c: (t_pr, t_ag)}
+        self.tau = {}
+        alphas = []
+        measured_levels = set()
+        chain = all(c["topk"] == 1 for c in lane)
+        self.chain = chain
+        for cand in lane:
+            st = states.get(cand["key"])
+            if not st or st.get("ok") is None:
+                continue
+            x = cand["draft_tokens"] - 1
+            ok = st["ok"]
+            levels = {}
+            taus = []
+            for key in (ok.get("metrics") or {}):
+                if not str(key).isdigit():
+                    continue
+                m = level_metrics(_level(ok, key))
+                if m["failed"]:
+                    continue
+                if m["accept_length"] is not None and m["accept_length"] > 0:
+                    taus.append(float(m["accept_length"]))
+                levels[int(key)] = m
+                measured_levels.add(int(key))
+            if not levels:
+                continue
+            tau = sorted(taus)[len(taus) // 2] if taus else None
+            if tau is not None and chain and x >= 1:
+                alphas.append(_alpha_of(x, tau))
+            self.tau[x] = tau
+            self.points[x] = levels
+        self.alpha = sum(alphas) / len(alphas) if alphas else None
+        # Optimistic end of the acceptance: the highest point estimate plus the noise.
+        self.alpha_hi = min(1.0, max(alphas) + 2 * noise) if alphas else 1.0
+        for x in self.tau:
+            if self.tau[x] is None:
+                self.tau[x] = _chain_tau(x, self.alpha if self.alpha is not None else 1.0)
+        self.levels = sorted(measured_levels)
+        self.series = {}
+        for c in self.levels:
+            for kind, field in (("pr", "decode_tps_mean"), ("ag", "output_throughput")):
+                pts = {}
+                for x, lv in self.points.items():
+                    m = lv.get(c)
+                    if m is not None and m[field]:
+                        pts[x] = self.tau[x] / float(m[field])
+                self.series[(c, kind)] = self._trust(pts)
+
+    def _trust(self, pts):
+        n = self.noise
+        xs = sorted(pts)
+        mono = all(pts[b] * (1 + n) >= pts[a] * (1 - n) for a, b in zip(xs, xs[1:]))
+        convex = mono
+        for a, b, c in zip(xs, xs[1:], xs[2:]):
+            left = (pts[b] * (1 - n) - pts[a] * (1 + n)) / (b - a)
+            right = (pts[c] * (1 + n) - pts[b] * (1 - n)) / (c - b)
+            if left > right:
+                convex = False
+        return {"pts": pts, "xs": xs, "mono": mono, "convex": convex}
+
+    def _t_low(self, series, x):
+        """Lower bound of the round time at x (0.0: no bound)."""
+        if not series["mono"]:
+            return 0.0
+        n = self.noise
+        pts = series["pts"]
+        left = [a for a in series["xs"] if a < x]
+        right = [a for a in series["xs"] if a > x]
+        low = pts[left[-1]] * (1 - n) if left else 0.0
+        if series["convex"]:
+            for i, a in enumerate(left):
+                for b in left[i + 1:]:
+                    slope = (pts[b] * (1 - n) - pts[a] * (1 + n)) / (b - a)
+                    low = max(low, pts[b] * (1 - n) + (x - b) * slope)
+            for i, a in enumerate(right):
+                for b in right[i + 1:]:
+                    slope = (pts[b] * (1 + n) - pts[a] * (1 - n)) / (b - a)
+                    low = max(low, pts[a] * (1 - n) - (a - x) * slope)
+        return max(low, 0.0)
+
+    def _tau_high(self, x):
+        high = _chain_tau(x, self.alpha_hi) if self.chain else float(x + 1)
+        right = [a for a in sorted(self.tau) if a > x]
+        if right:
+            high = min(high, self.tau[right[0]] * (1 + self.noise))
+        return high
+
+    def _rate_high(self, x, c, kind):
+        series = self.series.get((c, kind))
+        if series is None or not series["pts"]:
+            return float("inf")
+        low = self._t_low(series, x)
+        return self._tau_high(x) / low if low > 0 else float("inf")
+
+    def _t_mid(self, series, x):
+        """Round time at x by linear interpolation (or extension) of the measured points."""
+        pts, xs = series["pts"], series["xs"]
+        left = [a for a in xs if a < x]
+        right = [a for a in xs if a > x]
+        if left and right:
+            a, b = left[-1], right[0]
+        elif len(left) >= 2:
+            a, b = left[-2], left[-1]
+        elif len(right) >= 2:
+            a, b = right[0], right[1]
+        else:
+            return pts[xs[0]]
+        return max(pts[a] + (x - a) * (pts[b] - pts[a]) / float(b - a), 1e-12)
+
+    def predict(self, cand, level):
+        """The figure the model expects (chain acceptance at the fitted alpha, interpolated round time)."""
+        x = cand["draft_tokens"] - 1
+        if not self.levels:
+            return None
+        if self.objective == "slo":
+            return None
+        c = level if level is not None else (1 if self.objective == "latency" else self.levels[-1])
+        series = self.series.get((c, "pr" if self.objective == "latency" else "ag"))
+        if series is None or not series["pts"]:
+            return None
+        tau = _chain_tau(x, self.alpha) if (self.chain and self.alpha is not None) else float(x + 1)
+        return tau / self._t_mid(series, x)
+
+    def bound(self, cand, level):
+        """Upper bound of the candidate's objective figure (inf: unbounded; None: cannot be feasible)."""
+        x = cand["draft_tokens"] - 1
+        if not self.levels:
+            return float("inf")
+        if self.objective == "latency":
+            c = level if level is not None else 1
+            return self._rate_high(x, c, "pr")
+        if self.objective == "throughput":
+            c = level if level is not None else self.levels[-1]
+            return self._rate_high(x, c, "ag")
+        best = None
+        for c in ([level] if level is not None else self.levels):
+            if self.slo_min is not None and self._rate_high(x, c, "pr") < self.slo_min:
+                continue
+            agg = self._rate_high(x, c, "ag")
+            best = agg if best is None else max(best, agg)
+        return best
 
 
 def _cannot_fit(cand, states, fit_classes):
@@ -408,13 +658,73 @@ def _cannot_fit(cand, states, fit_classes):
         if not st["done"] or st["ok"] is not None:
             continue
         last = st["attempts"][-1]
-        if str(last.get("failure_class") or "").lower() not in fit_classes:
+        if str(last.get("failure_class") or "").lower() not in tuple(fit_classes) + ("capped",):
             continue
         other = last.get("candidate") or {}
         if other.get("topk") == cand["topk"] and other.get("draft_tokens", 0) <= cand["draft_tokens"] \
                 and other.get("steps", 0) <= cand["steps"]:
             return True
     return False
+
+
+def _can_win(ub, cand, best, band):
+    """Whether a candidate whose figure is at most ``ub`` could still end as the winner."""
+    if ub is None:
+        return False
+    top, winner = best["top"], best["winner"]
+    if top is None:
+        return True
+    if ub < top["score"]["value"] * (1.0 - band):
+        return False  # worse than the top beyond the band: never wins, not even a tie
+    if winner is not None and _cost(cand) > _cost(winner["candidate"]) \
+            and ub <= winner["score"]["value"] / (1.0 - band):
+        return False  # would tie with a cheaper winner at best
+    return True
+
+
+PROBE_ENDS = ("both", "high", "low", "none")
+
+
+def _acq(ub, pred):
+    """Where the next launch is worth most: halfway between what the model expects there and
+    the most it could be (an unbounded candidate first: only a measurement bounds it)."""
+    if pred is None or ub == float("inf"):
+        return ub
+    return (ub + pred) / 2.0
+
+
+def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
+    """Next candidate of one lane and why, or (None, None) when none can still win."""
+    objective, level, noise, slo_min_tps = args
+    if lane[seed_idx]["key"] not in states:
+        return lane[seed_idx], "adaptive: seed"
+    ends = []
+    if probe_ends in ("both", "high"):
+        ends.append(len(lane) - 1)
+    if probe_ends in ("both", "low"):
+        ends.append(0)
+    for idx in ends:
+        if lane[idx]["key"] not in states:
+            return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
+    model = _Lane(lane, states, objective, level, noise, slo_min_tps)
+    band = math.sqrt(2.0) * noise
+    open_ = []
+    for i, cand in enumerate(lane):
+        if cand["key"] in states:
+            continue
+        ub = model.bound(cand, level)
+        if _can_win(ub, cand, best, band):
+            pred = model.predict(cand, level)
+            open_.append((_acq(ub, pred), i, cand))
+    if not open_:
+        return None, None
+    keys = [c["key"] for c in lane]
+    ref = keys.index(best["winner"]["key"]) if best["winner"] and best["winner"]["key"] in keys else seed_idx
+    # Largest expected gain or uncertainty first; among unbounded ones the nearest to the best.
+    acq, _i, cand = max(open_, key=lambda r: (r[0], -abs(r[1] - ref), -r[1]))
+    if acq == float("inf"):
+        return cand, "adaptive: no bound yet, next to the best"
+    return cand, "adaptive: could reach %.1f" % model.bound(cand, level)
 
 
 def _labelled(nxt):
@@ -425,79 +735,102 @@ def _labelled(nxt):
     return nxt
 
 
+def _remeasure(attempts, best, budget):
+    """A contender to measure again: the dearer of the top and the cheapest candidate tied with
+    it, while their bands still overlap and the budget lasts."""
+    if budget in (None, "") or _int(budget, "mtp_tune_remeasure_launches") <= 0:
+        return None
+    used = sum(1 for a in attempts if str(a.get("reason") or "").startswith("remeasure") and not a.get("resumed"))
+    if used >= _int(budget, "mtp_tune_remeasure_launches"):
+        return None
+    if not best["tied"] or best["top"] is None or best["winner"] is None:
+        return None
+    pair = [best["top"], best["winner"]]
+    row = min(pair, key=lambda r: (r["score"]["n"], _cost(r["candidate"])))
+    return {"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
+            "reason": "remeasure %d/%s: %s ties %s within %.1f%%" % (
+                used + 1, budget, best["winner"]["key"], best["top"]["key"], (best["band"] or 0) * 100)}
+
+
 def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, objective="latency", level=None,
                   seed=3, fit_retry=False, fit_ladder=None, fit_classes=None, max_launches=None,
-                  slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015):
+                  slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015, probe_ends="high",
+                  remeasure_launches=0):
     """The next server launch, or None when the search is over.
 
-    Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit-retry of the
-    last failed candidate comes first (same steps, next rung of ``fit_ladder``).  Then:
+    Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit launch
+    of the last failed candidate comes first (bisection over the lever its failure class names,
+    see mtp_tune_fit_ladder).  Then:
 
     - sweep: the cheapest candidate not yet decided;
-    - adaptive: per topk lane a hill-climb from the candidate nearest ``seed``: climb while the
-      last step gained >= ``min_gain``; stop at the first failure past the peak; go below the seed
-      when the step above it did not improve; never launch a candidate a cheaper one proved
-      cannot fit.
+    - adaptive: per topk lane, the candidate nearest ``seed``, then the list's ends
+      (``probe_ends``: both, high, low or none), then branch and bound: every unmeasured
+      candidate gets an upper bound from what the launches measured (accept length -> chain
+      acceptance; time per verify round, non-decreasing in draft depth at a non-decreasing
+      rate); candidates that cannot beat the best beyond the noise band (or could only tie a
+      cheaper one) are dropped, and the one with the highest bound is launched next.  The
+      search ends when none is left.  Never launches a candidate a cheaper one proved cannot fit.
+    - then, with ``remeasure_launches``, the two contenders tied within the band are measured
+      again (the band narrows with the square root of the measurements) until the budget ends.
+
+    ``min_gain`` is kept for compatibility with stored settings; the search no longer uses it.
     """
     if strategy not in STRATEGIES:
         raise AnsibleFilterError("mtp_tune_strategy must be sweep or adaptive, got %r" % (strategy,))
-    min_gain = _frac(min_gain, "mtp_tune_min_gain", 0.03)
-    ladder = list(fit_ladder or [])
+    _frac(min_gain, "mtp_tune_min_gain", 0.03)
+    noise = _frac(noise, "mtp_tune_noise", 0.015)
+    if probe_ends in (None, ""):
+        probe_ends = "high"
+    if isinstance(probe_ends, bool):
+        probe_ends = "both" if probe_ends else "none"
+    if probe_ends not in PROBE_ENDS:
+        raise AnsibleFilterError("mtp_tune_probe_ends must be one of %s, got %r" % (", ".join(PROBE_ENDS), probe_ends))
+    fit = fit_ladder if (fit_retry and isinstance(fit_ladder, dict)) else None
     classes = _fit_classes(fit_classes)
     attempts = list(attempts or [])
     launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
+
     if max_launches not in (None, "") and launches >= _int(max_launches, "mtp_tune_max_launches"):
         return None
-    states = _state(attempts, bool(fit_retry), len(ladder), classes)
+    states = _state(attempts, fit, classes)
     by_key = dict((c["key"], c) for c in candidates)
-    # A pending fit-retry finishes before anything else starts: its answer matters to the climb.
+    # A pending fit launch finishes before anything else starts: its answer matters to the search.
     for att in reversed(attempts):
         key = att.get("key") or candidate_key(att["candidate"])
         st = states.get(key)
-        if st and st["pending_rung"] is not None and key in by_key:
-            rung = st["pending_rung"]
-            return _labelled({"candidate": by_key[key], "overrides": ladder[rung], "fit_rung": rung,
-                              "reason": "fit-retry %d/%d after %s" % (rung + 1, len(ladder), att.get("failure_class"))})
+        if st and st["pending"] is not None and key in by_key:
+            f = st["fit"]
+            return _labelled({"candidate": by_key[key], "overrides": st["pending"], "fit_rung": len(st["attempts"]),
+                              "reason": "fit %s=%s (starts at %s, fails at %s) after %s" % (
+                                  f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
+                                  st["attempts"][0].get("failure_class"))})
         break
+    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     if strategy == "sweep":
         for cand in candidates:
             if cand["key"] not in states:
                 return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"})
-        return None
+        nxt = _remeasure(attempts, best, remeasure_launches)
+        return _labelled(nxt) if nxt else None
     lanes = {}
     for cand in candidates:
         lanes.setdefault(cand["topk"], []).append(cand)
+    args = (objective, level, noise, slo_min_tps)
     for topk in sorted(lanes):
         lane = lanes[topk]
         seed_idx = _seed_index(lane, seed)
         while True:
-            scores = {}
-            for i, cand in enumerate(lane):
-                st = states.get(cand["key"])
-                if st is None:
-                    continue
-                if st["ok"] is None:
-                    scores[i] = None
-                    continue
-                sc = mtp_tune_score(st["ok"], objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
-                scores[i] = sc["value"] if sc["value"] is not None else 0.0
-            idx = _climb(lane, scores, seed_idx, min_gain)
-            if idx is None:
+            cand, reason = _adaptive_lane(lane, states, seed_idx, probe_ends, best, args)
+            if cand is None:
                 break
-            cand = lane[idx]
             if _cannot_fit(cand, states, classes):
-                # Decide it without a launch and let the climb move on.
+                # Decide it without a launch and let the search move on.
                 states[cand["key"]] = {"attempts": [{"candidate": cand, "status": "skipped"}], "ok": None,
-                                       "pending_rung": None, "done": True}
+                                       "pending": None, "done": True, "fit": None}
                 continue
-            if idx == seed_idx:
-                reason = "adaptive: seed"
-            elif scores and idx > max(i for i in scores):
-                reason = "adaptive: climbing"
-            else:
-                reason = "adaptive: below the seed"
             return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason})
-    return None
+    nxt = _remeasure(attempts, best, remeasure_launches)
+    return _labelled(nxt) if nxt else None
 
 
 # --------------------------------------------------------------------------- choosing
@@ -513,12 +846,36 @@ def _decided(attempts):
     return out
 
 
+def _band(noise, *scores):
+    """Relative tie band of a difference between figures: their half-widths in quadrature."""
+    halves = [sc.get("half") if sc.get("half") is not None else noise for sc in scores]
+    return math.sqrt(sum(h * h for h in halves))
+
+
 def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
                   noise=0.015):
-    """Every candidate's score, best first (failed and infeasible last, cheapest first among them)."""
+    """Every candidate's score, best first (failed and infeasible last, cheapest first among them).
+
+    A candidate measured more than once with the same settings (a re-measurement) is scored
+    by the mean of its launches; its band narrows with the square root of the measurements.
+    """
+    noise = _frac(noise, "mtp_tune_noise", 0.015)
+    atts = list(attempts or [])
     rows = []
-    for key, att in _decided(attempts).items():
+    for key, att in _decided(atts).items():
         sc = mtp_tune_score(att, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+        if att.get("status") == "ok" and sc["value"] is not None:
+            same = [a for a in atts if (a.get("key") or candidate_key(a["candidate"])) == key
+                    and a.get("status") == "ok" and (a.get("overrides") or {}) == (att.get("overrides") or {})]
+            if len(same) > 1:
+                scs = [mtp_tune_score(a, objective, sc["level"], slo_min_tps, slo_max_ttft_p99_ms, noise) for a in same]
+                scs = [x for x in scs if x["value"] is not None]
+                if scs:
+                    n = sum(x["n"] for x in scs)
+                    value = sum(x["value"] * x["n"] for x in scs) / n
+                    half = noise / math.sqrt(n)
+                    sc = dict(sc, value=value, low=value * (1 - half), high=value * (1 + half), n=n, half=half,
+                              launches=len(scs), reason="mean of %d launches, band +/-%.2g%%" % (len(scs), half * 100))
         rows.append({"key": key, "candidate": att.get("candidate"), "overrides": att.get("overrides") or {},
                      "score": sc, "status": att.get("status")})
     rows.sort(key=lambda r: (r["score"]["value"] is None, -(r["score"]["value"] or 0.0), _cost(r["candidate"])))
@@ -527,33 +884,51 @@ def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, s
 
 def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
                        noise=0.015):
-    """The winner, with the CI-aware tie rule.
+    """The winner, with the noise-band tie rule.
 
-    The top scorer wins outright only when its interval lies above the runner-up's (beyond
-    noise).  Otherwise every candidate whose interval overlaps the top one is a statistical tie,
-    and the cheapest of them (fewest draft tokens, then fewest steps) wins: it costs less memory
-    and degrades more gently when real prompts accept fewer drafts.
+    The top scorer wins unless a cheaper candidate is within the noise band of it: the band of
+    a difference is the two figures' half-widths in quadrature (``mtp_tune_noise`` per single
+    measurement, narrowed by the square root of the repeats).  Inside the band the two are a
+    tie and the cheapest of the tied (fewest draft tokens, then fewest steps) wins: it costs
+    less memory and degrades more gently when real prompts accept fewer drafts.  A candidate
+    worse than the top by more than the band never wins.
 
-    Returns ``{"winner": row|None, "runner_up": row|None, "tied": [keys], "decided_by": ..., "ranking": rows}``.
+    Returns ``{"winner": row|None, "runner_up": row|None, "tied": [keys], "decided_by", "ranking",
+    "top", "margin", "band"}``; ``margin`` is the winner's relative lead over the best candidate
+    outside its tie group (negative: it trails the top within the band).
     """
+    noise = _frac(noise, "mtp_tune_noise", 0.015)
     rank = mtp_tune_rank(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     scored = [r for r in rank if r["score"]["value"] is not None]
-    out = {"winner": None, "runner_up": None, "tied": [], "decided_by": "no feasible candidate", "ranking": rank}
+    out = {"winner": None, "runner_up": None, "tied": [], "decided_by": "no feasible candidate", "ranking": rank,
+           "top": None, "margin": None, "band": None}
     if not scored:
         return out
     top = scored[0]
+    out["top"] = top
     if len(scored) == 1:
         out.update(winner=top, decided_by="only measured candidate")
         return out
-    tied = [r for r in scored if r["score"]["high"] >= top["score"]["low"]]
+    tied = [r for r in scored if r["score"]["value"] >= top["score"]["value"] * (1.0 - _band(noise, top["score"], r["score"]))]
+    winner = min(tied, key=lambda r: _cost(r["candidate"]))
+    others = [r for r in scored if r is not winner]
+    runner = others[0]
+    band = _band(noise, winner["score"], runner["score"])
+    outside = [r for r in scored if r not in tied]
+    if winner is top:
+        margin = top["score"]["value"] / runner["score"]["value"] - 1.0
+    else:
+        margin = winner["score"]["value"] / top["score"]["value"] - 1.0
+    out.update(winner=winner, runner_up=runner, band=band, margin=margin)
     if len(tied) == 1:
-        out.update(winner=top, runner_up=scored[1], decided_by="beats the runner-up beyond noise")
-        return out
-    cheapest = min(tied, key=lambda r: _cost(r["candidate"]))
-    others = [r for r in scored if r is not cheapest]
-    out.update(winner=cheapest, runner_up=others[0] if others else None, tied=[r["key"] for r in tied],
-               decided_by="tie within noise with %s: the cheapest wins" %
-               ", ".join(r["key"] for r in tied if r is not cheapest))
+        out["decided_by"] = "beats %s by %.1f%% (band %.1f%%)" % (runner["key"], margin * 100, band * 100)
+    else:
+        out["tied"] = [r["key"] for r in tied]
+        ahead = outside[0] if outside else None
+        out["decided_by"] = "tie within the noise band with %s: the cheapest wins%s" % (
+            ", ".join(r["key"] for r in tied if r is not winner),
+            "; ahead of %s by %.1f%%" % (ahead["key"], (winner["score"]["value"] / ahead["score"]["value"] - 1) * 100)
+            if ahead else "")
     return out
 
 
@@ -561,8 +936,11 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
                     noise=0.015, previous=None, now=None):
     """The winner as stored in results.json (compact), or None.
 
-    ``decided_at`` is kept from ``previous`` (the stored winner) when the same setting still
-    wins, so a re-run that changes nothing also writes nothing new.
+    ``margin`` is the winner's relative lead over the runner-up (negative when it won a tie
+    trailing the top within the band), ``band`` the tie band of that comparison and
+    ``interval`` the winner's own band.  ``decided_at`` is kept from ``previous`` (the stored
+    winner) when the same setting still wins, so a re-run that changes nothing also writes
+    nothing new.
     """
     best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     w = best["winner"]
@@ -571,7 +949,9 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
     cand = dict((k, w["candidate"][k]) for k in ("steps", "topk", "draft_tokens"))
     out = {"key": w["key"], "candidate": cand, "overrides": w["overrides"] or {}, "score": w["score"],
            "decided_by": best["decided_by"], "tied": best["tied"],
-           "runner_up": best["runner_up"]["key"] if best["runner_up"] else None, "decided_at": now}
+           "runner_up": best["runner_up"]["key"] if best["runner_up"] else None, "decided_at": now,
+           "margin": best["margin"], "band": best["band"],
+           "interval": [w["score"]["low"], w["score"]["high"]]}
     prev = previous if isinstance(previous, dict) else {}
     if prev.get("key") == out["key"] and (prev.get("overrides") or {}) == out["overrides"] and prev.get("decided_at"):
         out["decided_at"] = prev["decided_at"]
@@ -647,4 +1027,5 @@ class FilterModule(object):
             "mtp_tune_verify": mtp_tune_verify,
             "mtp_tune_progress": mtp_tune_progress,
             "mtp_tune_key": candidate_key,
+            "mtp_tune_capped": mtp_tune_capped,
         }

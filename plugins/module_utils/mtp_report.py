@@ -372,8 +372,9 @@ def render_summary(doc):
               "slo": "best aggregate tok/s with per-request tok/s >= %s and TTFT p99 <= %s ms" % (
                   s.get("slo_min_tps", "-"), s.get("slo_max_ttft_p99_ms", "-"))}.get(obj, obj)
     out.append("- Objective: **%s** (%s)" % (obj, judged))
-    out.append("- Strategy: %s (min gain %s, noise band %s); fit-retry: %s" % (
-        s.get("strategy", "-"), s.get("min_gain", "-"), s.get("noise", "-"), "on" if s.get("fit_retry") else "off"))
+    out.append("- Strategy: %s (probe ends %s, noise band %s per measurement, re-measure budget %s); fit search: %s" % (
+        s.get("strategy", "-"), s.get("probe_ends", "-"), s.get("noise", "-"), s.get("remeasure_launches", 0),
+        "on" if s.get("fit_retry") else "off"))
     out.append("- Server launches: %s (%s failed) over %s candidates; wall time %s (starting %s, benchmarking %s)" % (
         stats.get("launches", "-"), stats.get("failed_launches", "-"), stats.get("candidates", "-"),
         _duration(stats.get("wall_s")), _duration(stats.get("launch_s")), _duration(stats.get("bench_s"))))
@@ -387,6 +388,22 @@ def render_summary(doc):
             "".join(", %s %s" % (k.replace("_", "-"), v) for k, v in sorted((winner.get("overrides") or {}).items())
                     if v is not None),
             sc.get("value") or 0.0, sc.get("level"), winner.get("decided_by", "")))
+        if winner.get("margin") is not None:
+            iv = winner.get("interval") or [None, None]
+            out.append("- Winner's margin over %s: %+.1f %% (tie band %.1f %%); its interval %s .. %s" % (
+                winner.get("runner_up") or "-", (winner.get("margin") or 0.0) * 100, (winner.get("band") or 0.0) * 100,
+                "-" if iv[0] is None else "%.1f" % iv[0], "-" if iv[1] is None else "%.1f" % iv[1]))
+        fit = (s.get("fit_ladder") or {}) if isinstance(s.get("fit_ladder"), dict) else {}
+        mrr = (winner.get("overrides") or {}).get("max_running_requests")
+        if mrr is not None and fit.get("judged_floor") and int(mrr) < int(fit["judged_floor"]):
+            out.append("- Capped: max-running-requests %s is below the judged concurrency %s (from %s): levels "
+                       "above it queue, their figures include the wait"
+                       % (mrr, fit["judged_floor"], fit.get("max_running_requests")))
+        elif winner.get("overrides"):
+            out.append("- Fitted: %s (the largest setting that started; SGLang would use %s)" % (
+                ", ".join("%s %s" % (k.replace("_", "-"), v) for k, v in sorted(winner["overrides"].items()) if v is not None),
+                ", ".join("%s %s" % (k.replace("_", "-"), fit.get(k)) for k in sorted(winner["overrides"]) if fit.get(k))
+                or "its defaults"))
     else:
         out.append("- Winner: none yet")
     conv = doc.get("converge") or {}

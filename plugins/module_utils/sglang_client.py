@@ -980,6 +980,14 @@ async def _preflight(client, cfg, warnings):
                     "speculative_num_draft_tokens", "max_running_requests", "enable_metrics"):
             if key in info:
                 server[key] = info[key]
+        # The running-request limit the server really runs with: 0.5.23 lowers it below the
+        # requested/default one when the KV or hybrid state pool is short (scheduler's
+        # get_internal_state, the key its own bench_one_batch_server reads).
+        states = info.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], dict):
+            eff = states[0].get("effective_max_running_requests_per_dp")
+            if isinstance(eff, int) and not isinstance(eff, bool) and eff > 0:
+                server["effective_max_running_requests"] = eff
     metrics = await _scrape(client, "/metrics", probe_t)
     server["metrics"] = metrics is not None
     if metrics is None:

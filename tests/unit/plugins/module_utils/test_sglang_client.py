@@ -236,6 +236,7 @@ def test_generate_end_to_end_counts_and_accept_length():
     # warmup: C requests per level, not counted
     assert sent == (1 + 6) + (3 + 6)
     assert res["server"]["metrics"] is True
+    assert res["server"]["effective_max_running_requests"] == 24  # the limit the server really runs with
     # the fake server shares this process (and its GIL), so client-limit warnings may appear
     assert [w for w in res["warnings"] if "limited by the benchmark client" not in w] == []
 

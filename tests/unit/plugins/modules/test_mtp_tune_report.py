@@ -99,6 +99,21 @@ def test_summary_is_the_operators_table_with_the_winner_marked():
     assert md.count("(winner)") == 1
 
 
+def test_summary_shows_margin_interval_and_what_was_capped():
+    d = doc()
+    d["winner"].update(margin=-0.018, band=0.021, interval=[272.8, 281.2], runner_up="s5-k1-d6")
+    md = R.render_summary(R.finalize(d))
+    assert "Winner's margin over s5-k1-d6: -1.8 % (tie band 2.1 %); its interval 272.8 .. 281.2" in md
+    d["settings"]["fit_ladder"] = {"max_running_requests": 48, "judged_floor": 32, "cuda_graph_max_bs": 48}
+    d["winner"]["overrides"] = {"max_running_requests": 20, "cuda_graph_max_bs": 20}
+    md = R.render_summary(R.finalize(d))
+    assert "Capped: max-running-requests 20 is below the judged concurrency 32 (from 48)" in md
+    d["winner"]["overrides"] = {"max_running_requests": 40, "cuda_graph_max_bs": 40}
+    md = R.render_summary(R.finalize(d))
+    assert "Fitted: cuda-graph-max-bs 40, max-running-requests 40 (the largest setting that started; SGLang would use " \
+        "cuda-graph-max-bs 48, max-running-requests 48)" in md
+
+
 def test_summary_without_winner_and_with_failed_requests():
     d = doc()
     d["winner"] = None

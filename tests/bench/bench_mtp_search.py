@@ -1,0 +1,326 @@
+"""Benchmark of the tuner's search and fit search (prints figures; not a test).
+
+Search: over a library of landscapes (the simulator's throughput model, sim/sglang_sim/perf.py,
+for every GPU profile at acceptance 0.99 and 0.72, judged for latency at C=1 and throughput at
+C=32; plus made-up shapes the search was not designed on), each strategy is driven through
+``mtp_tune_next`` / ``mtp_tune_pick_best`` exactly as the role drives it:
+
+- noise-free: launches and regret of adaptive against the sweep's winner;
+- noisy: ``--tunes`` tunes per landscape, every launch drawing its own noise (``--cv``), the
+  tuner told ``mtp_tune_noise = 2 x cv`` (a 95 % half-width); how often the true best wins
+  where it leads the runner-up by at least twice the tie band.
+
+The same landscapes run through today's algorithm of the ``main`` branch when git has it
+(``--baseline REF``; ``--baseline none`` skips it).
+
+Fit search: for steps 6..16 on the simulator's memory model (sim/sglang_sim/memory.py, default
+profile and model), the launches of the fit search until the largest setting that starts, against
+a brute-force walk over every value, and the target ceil(log2(range)) + 1.
+
+    .venv/bin/python tests/bench/bench_mtp_search.py [--tunes 20] [--cv 0.025] [--probe-ends both]
+"""
+
+from __future__ import print_function
+
+import argparse
+import importlib.util
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+# Importing the test setup makes the checkout importable as the collection, and sim/ as sglang_sim.
+import conftest  # noqa: E402,F401 pylint: disable=unused-import
+
+from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as NEW  # noqa: E402
+from sglang_sim import perf, memory, config  # noqa: E402
+
+STEPS = [1, 2, 3, 4, 5, 6, 8, 10]
+LEVELS = [1, 2, 4, 8, 16, 32]
+
+
+# --------------------------------------------------------------------------- landscapes
+
+def sim_landscape(profile, alpha, objective):
+    factor = perf.speed_factor(profile)
+
+    def figures(k, c):
+        return (perf.per_request_tps(c, k, alpha, factor), perf.aggregate_tps(c, k, alpha, factor),
+                perf.expected_accept_length(k, alpha))
+    level = 1 if objective == "latency" else 32
+    return {"name": "sim %s a=%.2f %s" % (profile, alpha, objective), "objective": objective, "level": level,
+            "figures": figures, "levels": LEVELS}
+
+
+# Made-up objective figures (per-request tok/s at C=1) over STEPS, with a chain acceptance of
+# 0.9; each is checked to be physical (the time per verify round never falls with depth).
+MADE_UP = {
+    "monotone up": [105, 110, 115, 120, 125, 130, 140, 150],
+    "monotone down": [142, 134, 126, 118, 110, 102, 86, 70],
+    "slow climb to 8": [100, 101.5, 103, 104.5, 106, 107.5, 110.5, 104],
+    "plateau": [90, 97, 100, 100.5, 100.3, 100.6, 100.2, 99.8],
+    "two peaks 2 and 8": [80, 100, 95, 90, 88, 92, 107, 98],
+    "3 ~ 4 above optimum at 1": [110, 100, 99, 99.5, 97, 95, 92, 90],
+    "optimum at the dear end": [60, 70, 78, 84, 88, 91, 95, 100],
+    "near-equal neighbours 4 ~ 5": [120, 160, 185, 200, 201, 190, 170, 150],
+    "sharp peak at 6": [100, 104, 108, 112, 116, 125, 110, 100],
+    "clear peak at 4": [100, 128, 145, 172, 150, 135, 120, 105],
+    "cliff after 2": [120, 170, 140, 130, 125, 120, 115, 110],
+}
+
+
+def made_up_landscape(name, values, alpha=0.9):
+    table = dict(zip(STEPS, values))
+    rounds = [perf.expected_accept_length(k, alpha) / table[k] for k in STEPS]
+    assert all(b >= a for a, b in zip(rounds, rounds[1:])), "%s is not physical" % name
+
+    def figures(k, c):
+        return table[k], table[k], perf.expected_accept_length(k, alpha)
+    return {"name": "made-up: " + name, "objective": "latency", "level": 1, "figures": figures, "levels": [1]}
+
+
+def library():
+    out = []
+    for profile in sorted(perf.PROFILE_SPEED):
+        for alpha in (perf.ALPHA_SYNTHETIC, perf.ALPHA_REALISTIC):
+            for objective in ("latency", "throughput"):
+                out.append(sim_landscape(profile, alpha, objective))
+    for name, values in MADE_UP.items():
+        out.append(made_up_landscape(name, values))
+    return out
+
+
+# --------------------------------------------------------------------------- driving a tuner
+
+def measure(land, cand, rng, cv):
+    out = {}
+    for c in land["levels"]:
+        pr, ag, acc = land["figures"](cand["steps"], c)
+        if rng is not None:
+            pr *= 1.0 + rng.gauss(0.0, cv)
+            ag *= 1.0 + rng.gauss(0.0, cv)
+            acc *= 1.0 + rng.gauss(0.0, cv / 2.0)
+        out[str(c)] = {"output_throughput": ag, "decode_tps_per_request": {"mean": pr, "p50": pr},
+                       "accept_length": acc, "failed": 0, "completed": 4 * c}
+    return out
+
+
+def tune(mod, land, strategy, rng=None, cv=0.0, noise=0.015, **kw):
+    cands = mod.mtp_tune_candidates(STEPS)
+    attempts = []
+    for _i in range(60):
+        nxt = mod.mtp_tune_next(attempts, cands, strategy, 0.03, land["objective"], land["level"], 3,
+                                noise=noise, **kw)
+        if nxt is None:
+            break
+        cand = nxt["candidate"]
+        attempts.append({"key": cand["key"], "candidate": cand, "overrides": nxt["overrides"],
+                         "fit_rung": nxt["fit_rung"], "reason": nxt["reason"], "status": "ok",
+                         "metrics": measure(land, cand, rng, cv)})
+    best = mod.mtp_tune_pick_best(attempts, land["objective"], land["level"], None, None, noise)
+    return attempts, best["winner"]["key"]
+
+
+def truth(land):
+    """True figure per candidate key, the true top and the sweep's noise-free winner."""
+    cands = NEW.mtp_tune_candidates(STEPS)
+    vals = {}
+    for cand in cands:
+        pr, ag, _acc = land["figures"](cand["steps"], land["level"])
+        vals[cand["key"]] = pr if land["objective"] == "latency" else ag
+    return vals
+
+
+def load_baseline(ref):
+    if ref in (None, "", "none"):
+        return None
+    try:
+        src = subprocess.check_output(["git", "-C", ROOT, "show", "%s:plugins/filter/mtp_tune.py" % ref],
+                                      stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, OSError):
+        return None
+    tmp = tempfile.NamedTemporaryFile("wb", suffix=".py", delete=False)
+    tmp.write(src)
+    tmp.close()
+    spec = importlib.util.spec_from_file_location("mtp_tune_baseline", tmp.name)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    os.unlink(tmp.name)
+    return mod
+
+
+# --------------------------------------------------------------------------- search benchmark
+
+def bench_search(args):
+    lands = library()
+    base = load_baseline(args.baseline)
+    algos = [("adaptive", NEW, {"probe_ends": args.probe_ends})]
+    if base is not None:
+        algos.append(("%s adaptive" % args.baseline, base, {}))
+    band0 = math.sqrt(2) * 0.015
+    noisy_noise = 2 * args.cv
+    band_n = math.sqrt(2) * noisy_noise
+    print("Search: %d landscapes over steps %s; sweep = %d launches" % (len(lands), STEPS, len(STEPS)))
+    print("noise-free tie band %.1f %% (mtp_tune_noise 0.015); noisy: cv %.1f %%, mtp_tune_noise %.3f, band %.1f %%, "
+          "%d tunes each, judged where the best leads by >= %.1f %%" % (
+              band0 * 100, args.cv * 100, noisy_noise, band_n * 100, args.tunes, 2 * band_n * 100))
+    summary = {}
+    for label, mod, kw in algos:
+        print("\n== %s%s" % (label, " (probe_ends=%s)" % kw["probe_ends"] if kw else ""))
+        print("%-42s %8s %9s %8s %7s %12s %11s %10s"
+              % ("landscape", "launches", "regret%", "sweep", "lead%", "noisy best", "in band", "noisy l."))
+        tot_l = tot_s = fail_nf = judged = judged_ok = tot_in = tot_tunes = 0
+        for li, land in enumerate(lands):
+            vals = truth(land)
+            ranked = sorted(vals, key=lambda k: -vals[k])
+            top = ranked[0]
+            lead = vals[top] / vals[ranked[1]] - 1.0
+            _sw_atts, sw_key = tune(NEW, land, "sweep")
+            atts, key = tune(mod, land, "adaptive", **kw)
+            regret = 1.0 - vals[key] / vals[top]
+            fail = regret > band0 + 1e-9
+            fail_nf += fail
+            tot_l += len(atts)
+            tot_s += len(STEPS)
+            wins = inband = 0
+            launches = []
+            for t in range(args.tunes):
+                rng = random.Random("%s-%s-%d" % (li, label, t))
+                n_atts, n_key = tune(mod, land, "adaptive", rng=rng, cv=args.cv, noise=noisy_noise, **kw)
+                wins += n_key == top
+                inband += vals[n_key] >= vals[top] * (1 - band_n)
+                launches.append(len(n_atts))
+            is_judged = lead >= 2 * band_n
+            if is_judged:
+                judged += 1
+                judged_ok += wins >= int(math.ceil(0.9 * args.tunes))
+            tot_in += inband
+            tot_tunes += args.tunes
+            print("%-42s %8d %8.1f%s %8s %7.1f %9d/%-2d%s %8d/%-2d %10.1f" % (
+                land["name"][:42], len(atts), regret * 100, "!" if fail else " ", sw_key.split("-")[0],
+                lead * 100, wins, args.tunes, "*" if is_judged else " ", inband, args.tunes,
+                sum(launches) / float(len(launches))))
+        summary[label] = (tot_l, tot_s, fail_nf, judged, judged_ok)
+        print("-- %s: mean launches %.1f %% of the sweep; noise-free regret above the band on %d/%d landscapes; "
+              "noisy: true best in >= %d/%d tunes on %d/%d judged landscapes (*)" % (
+                  label, 100.0 * tot_l / tot_s, fail_nf, len(lands), int(math.ceil(0.9 * args.tunes)), args.tunes,
+                  judged_ok, judged))
+        print("   noisy winners within the band of the true best: %d/%d tunes" % (tot_in, tot_tunes))
+    return summary
+
+
+# --------------------------------------------------------------------------- fit benchmark
+
+KIND_CLASS = {"kv": "oom_kv_cache", "hybrid_state": "oom_hybrid_state", "hybrid_reqs": "oom_hybrid_state",
+              "weights_budget": "oom_weights", "graph": "cuda_graph_capture"}
+
+
+def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp=4, mem_fraction=None,
+              allow_capped=False, gpu_mib=None, no_radix=False):
+    """Fit search against the simulator's memory model, resolved like the sim server resolves a launch."""
+    from sglang_sim import server_args
+    prof = config.PROFILES[profile]
+    gpu = {"memory_mib": gpu_mib or prof["memory_mib"], "reserved_mib": prof.get("reserved_mib", 0), "index": 0}
+    _key, model = config.lookup_model(model_path)
+    print("\nFit search on the simulator's memory model (%s%s, %s, tp %d%s%s)" % (
+        profile, " at %d MiB" % gpu_mib if gpu_mib else "", model_path, tp,
+        ", mem-fraction-static %s" % mem_fraction if mem_fraction else "", ", capped allowed" if allow_capped else "")
+        + (" --disable-radix-cache, oom_hybrid_state -> max_running_requests" if no_radix else ""))
+
+    caps = {}
+
+    def starts(steps, mrr, bs):
+        argv = ["--model-path", model_path, "--tp", str(tp), "--speculative-algorithm", "EAGLE",
+                "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", str(steps + 1)]
+        if mrr is not None:
+            argv += ["--max-running-requests", str(mrr)]
+        if bs is not None:
+            argv += ["--cuda-graph-max-bs-decode", str(bs)]
+        if mem_fraction is not None:
+            argv += ["--mem-fraction-static", str(mem_fraction)]
+        if no_radix:
+            argv += ["--disable-radix-cache"]
+        args, _warn = server_args.resolve(server_args.parse(argv), gpu["memory_mib"], model=model)
+        try:
+            p = memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(
+                args["cuda_graph_max_bs_decode"], True))
+            caps[steps] = p.get("max_running_requests")
+            return None
+        except memory.OOMError as exc:
+            return KIND_CLASS.get(exc.kind, "cuda_oom")
+
+    plan = NEW.mtp_tune_fit_ladder(None, None, 4, 32, 512, 48, allow_capped=allow_capped,
+                                   levers={"oom_hybrid_state": "max_running_requests"} if no_radix else None)
+    print("fit floor: max-running-requests >= %d (the judged concurrency, throughput at C=32), graph bs >= %d" % (
+        plan["mrr_floor"], plan["bs_floor"]))
+    print("%5s %-18s %-22s %9s %6s %8s %s"
+          % ("steps", "first failure", "lever", "launches", "brute", "log2+1", "largest that starts: found / brute force"))
+    all_ok = True
+    for steps in range(6, 17):
+        cand = NEW.mtp_tune_candidates([steps])[0]
+        attempts = []
+        for _i in range(40):
+            nxt = NEW.mtp_tune_next(attempts, [cand], "sweep", fit_retry=True, fit_ladder=plan)
+            if nxt is None:
+                break
+            ov = nxt["overrides"] or {}
+            # The first launch runs at the plan's start (48 running requests, graphs clamped to it).
+            cls = starts(steps, ov.get("max_running_requests") or plan["max_running_requests"],
+                         ov.get("cuda_graph_max_bs") or plan["cuda_graph_max_bs"])
+            attempts.append({"key": cand["key"], "candidate": cand, "overrides": ov, "fit_rung": nxt["fit_rung"],
+                             "status": "failed" if cls else "ok", "failure_class": cls})
+        first = attempts[0]["failure_class"] or "starts"
+        prog = NEW._fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if attempts[0]["failure_class"] else None
+        lever = prog["lever"] if prog else None
+        if not lever:
+            capped = caps.get(steps)
+            print("%5d %-18s %-22s %9d %6s %8s %s" % (
+                steps, first, "-", len(attempts), "-", "-",
+                ("starts; SGLang caps running requests at %s%s" % (
+                    capped, " (< the judged %d: not a candidate unless allowed)" % plan["judged_floor"]
+                    if capped is not None and capped < plan["judged_floor"] else ""))
+                if first == "starts" else "no lever: %s" % first))
+            continue
+        hi = plan[lever]
+        floor = plan["mrr_floor"] if lever == "max_running_requests" else plan["bs_floor"]
+        brute_v, brute = None, 1
+        for v in range(hi - 1, floor - 1, -1):
+            brute += 1
+            ov = {"max_running_requests": v, "cuda_graph_max_bs": min(v, plan["cuda_graph_max_bs"])} \
+                if lever == "max_running_requests" else {"max_running_requests": plan["max_running_requests"],
+                                                         "cuda_graph_max_bs": v}
+            if starts(steps, ov["max_running_requests"], ov["cuda_graph_max_bs"]) is None:
+                brute_v = v
+                break
+        target = int(math.ceil(math.log2(hi - floor + 1))) + 1
+        ok = len(attempts) <= target and prog["ok"] == brute_v
+        all_ok &= ok
+        print("%5d %-18s %-22s %9d %6d %8d %s / %s%s"
+              % (steps, first, lever, len(attempts), brute, target, prog["ok"], brute_v, "" if ok else "  MISSED"))
+    print("-- fit search within ceil(log2(range)) + 1 launches and on the brute force's setting: %s"
+          % ("yes" if all_ok else "NO"))
+    return all_ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    ap.add_argument("--tunes", type=int, default=20)
+    ap.add_argument("--cv", type=float, default=0.025)
+    ap.add_argument("--probe-ends", default="high", choices=NEW.PROBE_ENDS)
+    ap.add_argument("--baseline", default="main")
+    ap.add_argument("--no-fit", action="store_true")
+    args = ap.parse_args()
+    bench_search(args)
+    if not args.no_fit:
+        fit_bench()
+        fit_bench("h200-x8", "Qwen/Qwen3.5-122B-A10B", 2)
+        fit_bench("rtx-pro-6000-x4", "Qwen/Qwen3.5-122B-A10B", 4, gpu_mib=60000)
+
+
+if __name__ == "__main__":
+    main()
