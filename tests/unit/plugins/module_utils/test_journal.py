@@ -223,6 +223,8 @@ def test_memory_hints_name_the_levers_of_their_pool():
         assert "mem_fraction_static" in journal.hint(cls)
     assert "max_running_requests" in journal.hint("oom_hybrid_state")
     assert "cuda_graph_max_bs_decode" in journal.hint("cuda_graph_capture")
+
+
 # --model-path that is no folder and no cached model: SGLang 0.5.23 dies while resolving its
 # arguments (srt/utils/hf_transformers/config.py get_config -> AutoConfig.from_pretrained).
 MODEL_MISSING = lines(
