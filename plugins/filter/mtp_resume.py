@@ -51,6 +51,16 @@ def _norm(value):
         return text
 
 
+def _typed(value, kind, what):
+    """``-e name=512`` arrives as a string: store 512, as the inventory's 512 is stored."""
+    if value in (None, ""):
+        return None
+    try:
+        return kind(float(value)) if kind is int else kind(value)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("%s must be a number, got %r" % (what, value))
+
+
 def mtp_tune_fingerprint(bench, model=None, release=None, tp=None, dataset_sha256=None, levels=None):
     """The workload fingerprint of a run from its ``settings.bench`` dict and the service facts.
 
@@ -70,11 +80,11 @@ def mtp_tune_fingerprint(bench, model=None, release=None, tp=None, dataset_sha25
         "tp": None if tp in (None, "") else int(tp),
         "dataset": dataset,
         "dataset_sha256": None if dataset == "random" else (dataset_sha256 or None),
-        "input_len": bench.get("input_len"),
-        "output_len": bench.get("output_len"),
+        "input_len": _typed(bench.get("input_len"), int, "mtp_tune_bench_input_len"),
+        "output_len": _typed(bench.get("output_len"), int, "mtp_tune_bench_output_len"),
         "levels": sorted(set(lv)),
-        "temperature": bench.get("temperature"),
-        "time_scale": bench.get("time_scale"),
+        "temperature": _typed(bench.get("temperature"), float, "mtp_tune_bench_temperature"),
+        "time_scale": _typed(bench.get("time_scale"), float, "mtp_tune_bench_time_scale"),
     }
 
 

@@ -28,6 +28,10 @@ def test_fingerprint_normalises_and_ignores_checksum_for_random():
     assert WL["levels"] == [1, 4] and WL["dataset_sha256"] is None and WL["tp"] == 4
     same = r.mtp_tune_fingerprint(dict(BENCH, input_len="128"), "Qwen/Q", "0.5.23", "4", "abc", ["4", 1])
     assert r.mtp_tune_fingerprint_diff(WL, same) == []
+    assert same["input_len"] == 128 and isinstance(same["input_len"], int)
+    assert r.mtp_tune_fingerprint(dict(BENCH, time_scale="0.05"))["time_scale"] == 0.05
+    with pytest.raises(AnsibleFilterError):
+        r.mtp_tune_fingerprint(dict(BENCH, output_len="many"))
     with pytest.raises(AnsibleFilterError):
         r.mtp_tune_fingerprint(BENCH, levels=["x"])
 
