@@ -352,9 +352,12 @@ def mtp_tune_resume(loaded, candidates, levels=None, force=False):
 #   memory budget alone (_handle_max_mamba_cache), so no running-request limit helps; only a
 #   larger mem_fraction_static or fewer draft tokens (a cheaper candidate) do.  Without the
 #   radix cache the pool is max_running_requests slots: map it to max_running_requests then;
-# - oom_weights: the weights leave no budget under mem_fraction_static; the tuner does not
-#   raise the fraction (the failure ends the candidate's fit search; dearer drafts of its lane
-#   are not launched).
+# - oom_weights: the weights leave no budget under mem_fraction_static for the pools.  With the
+#   radix cache on the tuner does not raise the fraction (the failure ends the candidate's fit
+#   search; dearer drafts of its lane are not launched).  With --disable-radix-cache the state
+#   pool is max_running_requests slots plus one intermediate state per draft token, taken before
+#   KV, so fewer running requests leave KV its budget again: both hybrid classes map to
+#   max_running_requests then (RADIX_OFF_FIT_LEVERS).
 DEFAULT_FIT_LEVERS = {
     "oom_weights": None,
     "oom_hybrid_state": None,
@@ -362,13 +365,15 @@ DEFAULT_FIT_LEVERS = {
     "cuda_graph_capture": "cuda_graph_max_bs",
     "cuda_oom": "cuda_graph_max_bs",
 }
+RADIX_OFF_FIT_LEVERS = {"oom_weights": "max_running_requests", "oom_hybrid_state": "max_running_requests"}
 # SGLang 0.5.23 sets max_running_requests to 48 when speculative decoding is on and the
 # operator left it unset (arg_groups/speculative_hook.py).
 SPEC_DEFAULT_MRR = 48
 
 
 def mtp_tune_fit_ladder(cuda_graph_max_bs=None, max_running_requests=None, bs_floor=4, mrr_floor=1,
-                        default_bs=512, default_mrr=SPEC_DEFAULT_MRR, levers=None, allow_capped=False):
+                        default_bs=512, default_mrr=SPEC_DEFAULT_MRR, levers=None, allow_capped=False,
+                        radix_cache=True):
     """The fit search's plan: where each lever starts and how low it may go.
 
     A candidate that fails on memory is relaunched with the lever its failure class names
@@ -379,6 +384,8 @@ def mtp_tune_fit_ladder(cuda_graph_max_bs=None, max_running_requests=None, bs_fl
     (captured sizes are clamped to max_running_requests, so a larger setting changes nothing).
     ``mrr_floor`` is the highest concurrency the objective is judged at: fewer running requests
     would queue that load, so a unit capped below it is not converged unless ``allow_capped``.
+    ``radix_cache`` false (the unit passes ``--disable-radix-cache``) sizes the hybrid state pool
+    from max_running_requests, so the weights and state classes get that lever by default.
     """
     mrr_given = None if max_running_requests in (None, "") else _int(max_running_requests, "max_running_requests")
     mrr = mrr_given if mrr_given is not None else _int(default_mrr, "default_mrr")
@@ -389,6 +396,8 @@ def mtp_tune_fit_ladder(cuda_graph_max_bs=None, max_running_requests=None, bs_fl
         raise AnsibleFilterError("fit values must be >= 1 (cuda_graph_max_bs %r, max_running_requests %r, "
                                  "floors %r/%r)" % (bs, mrr, floor, mfloor))
     lev = dict(DEFAULT_FIT_LEVERS)
+    if radix_cache is False or str(radix_cache).lower() in ("false", "no", "0"):
+        lev.update(RADIX_OFF_FIT_LEVERS)
     if levers not in (None, ""):
         if not isinstance(levers, dict):
             raise AnsibleFilterError("mtp_tune_fit_levers must be a mapping of failure class to lever, got %r" % (levers,))

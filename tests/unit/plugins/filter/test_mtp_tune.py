@@ -322,6 +322,10 @@ def test_fit_plan_starts_where_sglang_really_is():
     assert F.mtp_tune_fit_ladder(levers={"oom_hybrid_state": "max_running_requests"})["levers"]["oom_hybrid_state"] \
         == "max_running_requests"
     assert plan["levers"]["cuda_graph_capture"] == "cuda_graph_max_bs"
+    # --disable-radix-cache: the state pool is max_running_requests slots, taken before KV
+    off = F.mtp_tune_fit_ladder(512, None, radix_cache=False)["levers"]
+    assert off["oom_weights"] == off["oom_hybrid_state"] == "max_running_requests"
+    assert plan["levers"]["oom_weights"] is None
     assert F.mtp_tune_fit_ladder(None, 16, mrr_floor=32, allow_capped=True)["mrr_floor"] == 1
     with pytest.raises(AnsibleFilterError):
         F.mtp_tune_fit_ladder("lots")
