@@ -703,7 +703,18 @@ def _acq(ub, pred):
 
 
 def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
-    """Next candidate of one lane and why, or (None, None) when none can still win."""
+    """Next candidate of one lane and why, or (None, None) when none can still win.
+
+    After the seed (and the ends ``probe_ends`` names), two rules in turn, each only over the
+    candidates the chain-model bounds leave able to win:
+
+    1. the neighbours of the best measured candidate in the list, so that every answer is at
+       least a measured local optimum (and the model has a slope on both sides of it);
+    2. the candidate the model predicts highest, when the prediction beats the best: the round
+       time interpolated (or extended) from the measured points at the judged level, the accept
+       length from the fitted chain acceptance.  This is what finds a second peak or the far
+       end of a slow climb without walking to it.
+    """
     objective, level, noise, slo_min_tps = args
     if lane[seed_idx]["key"] not in states:
         return lane[seed_idx], "adaptive: seed"
@@ -717,23 +728,40 @@ def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
             return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
     model = _Lane(lane, states, objective, level, noise, slo_min_tps)
     band = math.sqrt(2.0) * noise
-    open_ = []
+    open_ = {}
     for i, cand in enumerate(lane):
         if cand["key"] in states:
             continue
         ub = model.bound(cand, level)
         if _can_win(ub, cand, best, band):
-            pred = model.predict(cand, level)
-            open_.append((_acq(ub, pred), i, cand))
-    if not open_:
-        return None, None
+            open_[i] = (ub, model.predict(cand, level))
     keys = [c["key"] for c in lane]
-    ref = keys.index(best["winner"]["key"]) if best["winner"] and best["winner"]["key"] in keys else seed_idx
-    # Largest expected gain or uncertainty first; among unbounded ones the nearest to the best.
-    acq, _i, cand = max(open_, key=lambda r: (r[0], -abs(r[1] - ref), -r[1]))
-    if acq == float("inf"):
-        return cand, "adaptive: no bound yet, next to the best"
-    return cand, "adaptive: could reach %.1f" % model.bound(cand, level)
+    top = best["top"]
+    ref = keys.index(top["key"]) if top and top["key"] in keys else seed_idx
+    # Every candidate within the band of the top counts as a best: a near-tie may hide the
+    # climb on its other side.
+    tops = [ref]
+    if top is not None:
+        for row in best["ranking"]:
+            sc = row["score"]
+            if sc["value"] is not None and row["key"] in keys and row["key"] != top["key"] \
+                    and sc["value"] >= top["score"]["value"] * (1.0 - _band(noise, top["score"], sc)):
+                tops.append(keys.index(row["key"]))
+    near = sorted(set(j for i in tops for j in (i - 1, i + 1) if 0 <= j < len(lane) and lane[j]["key"] not in states))
+    if top is not None and open_:
+        preds = [(p if p is not None else ub, i) for i, (ub, p) in open_.items()]
+        val, i = max(preds, key=lambda r: (r[0], -abs(r[1] - ref)))
+        if val > top["score"]["value"]:
+            return lane[i], "adaptive: predicted %.1f, could reach %.1f" % (val, open_[i][0])
+    if near:
+        def _rank(i):
+            pred = open_.get(i, (None, -1.0))[1]
+            return (pred is None, -(pred or 0.0), i)
+        i = sorted(near, key=_rank)[0]
+        return lane[i], "adaptive: next to the best"
+    if top is None and open_:
+        return lane[min(open_)], "adaptive: nothing measured yet"
+    return None, None
 
 
 def _labelled(nxt):
@@ -777,8 +805,11 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
       candidate gets an upper bound from what the launches measured (accept length -> chain
       acceptance; time per verify round, non-decreasing in draft depth at a non-decreasing
       rate); candidates that cannot beat the best beyond the noise band (or could only tie a
-      cheaper one) are dropped, and the one with the highest bound is launched next.  The
-      search ends when none is left.  Never launches a candidate a cheaper one proved cannot fit.
+      cheaper one) are dropped.  Of the rest, the one the chain model predicts highest is
+      launched while that prediction beats the best; then the unmeasured neighbours of the best
+      (and of any candidate within the band of it) are measured, so the answer is a measured
+      local optimum.  The search ends when neither rule has a candidate left.  Never launches a
+      candidate a cheaper one proved cannot fit.
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
 
