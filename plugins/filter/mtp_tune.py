@@ -612,7 +612,9 @@ class _Lane(object):
         return self._tau_high(x) / low if low > 0 else float("inf")
 
     def _t_mid(self, series, x):
-        """Round time at x by linear interpolation (or extension) of the measured points."""
+        """Round time at x by linear interpolation of the measured points, extended above the
+        dearest; below the cheapest it is taken flat (the most monotony allows): a cheaper
+        candidate is predicted at the least it could reach, and reached by rule 2 if at all."""
         pts, xs = series["pts"], series["xs"]
         left = [a for a in xs if a < x]
         right = [a for a in xs if a > x]
@@ -620,8 +622,6 @@ class _Lane(object):
             a, b = left[-1], right[0]
         elif len(left) >= 2:
             a, b = left[-2], left[-1]
-        elif len(right) >= 2:
-            a, b = right[0], right[1]
         else:
             return pts[xs[0]]
         return max(pts[a] + (x - a) * (pts[b] - pts[a]) / float(b - a), 1e-12)
@@ -703,29 +703,22 @@ def _acq(ub, pred):
 
 
 def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
-    """Next candidate of one lane and why, or (None, None) when none can still win.
+    """Next candidate of one lane and why, or (None, None) when the search of the lane is over.
 
-    After the seed (and the ends ``probe_ends`` names), two rules in turn, each only over the
-    candidates the chain-model bounds leave able to win:
+    After the seed and the ends ``probe_ends`` names, two rules in turn:
 
-    1. the neighbours of the best measured candidate in the list, so that every answer is at
-       least a measured local optimum (and the model has a slope on both sides of it);
-    2. the candidate the model predicts highest, when the prediction beats the best: the round
-       time interpolated (or extended) from the measured points at the judged level, the accept
-       length from the fitted chain acceptance.  This is what finds a second peak or the far
-       end of a slow climb without walking to it.
+    1. among the candidates the chain-model bounds leave able to win, the one the model
+       predicts highest, while that prediction beats the best measured figure (round time
+       interpolated between the measured points at the judged level, or extended above them,
+       and taken flat below the cheapest; accept length from the fitted chain acceptance).
+       This finds a second peak or the far end of a climb without walking to it;
+    2. the unmeasured neighbours in the list of the best measured candidate and of every
+       candidate within the noise band of it, bounds or not: the answer is then a measured
+       local optimum, also where the round times bend the other way than the bounds assume.
     """
     objective, level, noise, slo_min_tps = args
     if lane[seed_idx]["key"] not in states:
         return lane[seed_idx], "adaptive: seed"
-    ends = []
-    if probe_ends in ("both", "high"):
-        ends.append(len(lane) - 1)
-    if probe_ends in ("both", "low"):
-        ends.append(0)
-    for idx in ends:
-        if lane[idx]["key"] not in states:
-            return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
     model = _Lane(lane, states, objective, level, noise, slo_min_tps)
     band = math.sqrt(2.0) * noise
     open_ = {}
@@ -747,7 +740,23 @@ def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
             if sc["value"] is not None and row["key"] in keys and row["key"] != top["key"] \
                     and sc["value"] >= top["score"]["value"] * (1.0 - _band(noise, top["score"], sc)):
                 tops.append(keys.index(row["key"]))
-    near = sorted(set(j for i in tops for j in (i - 1, i + 1) if 0 <= j < len(lane) and lane[j]["key"] not in states))
+    near = set()
+    for i in tops:
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < len(lane) and lane[j]["key"] not in states:
+                j += step
+            if abs(j - i) > 1:
+                near.add(i + step)
+    near = sorted(near)
+    ends = []
+    if probe_ends in ("both", "high"):
+        ends.append(len(lane) - 1)
+    if probe_ends in ("both", "low"):
+        ends.append(0)
+    for idx in ends:
+        if lane[idx]["key"] not in states:
+            return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
     if top is not None and open_:
         preds = [(p if p is not None else ub, i) for i, (ub, p) in open_.items()]
         val, i = max(preds, key=lambda r: (r[0], -abs(r[1] - ref)))
