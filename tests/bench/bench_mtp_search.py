@@ -239,7 +239,7 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
     print("\nFit search on the simulator's memory model (%s%s, %s, tp %d%s%s)" % (
         profile, " at %d MiB" % gpu_mib if gpu_mib else "", model_path, tp,
         ", mem-fraction-static %s" % mem_fraction if mem_fraction else "", ", capped allowed" if allow_capped else "")
-        + (" --disable-radix-cache, oom_hybrid_state -> max_running_requests" if no_radix else ""))
+        + (", --disable-radix-cache" if no_radix else ""))
 
     caps = {}
 
@@ -264,8 +264,10 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
         except memory.OOMError as exc:
             return KIND_CLASS.get(exc.kind, "cuda_oom")
 
-    plan = NEW.mtp_tune_fit_ladder(None, None, 4, 32, 512, 48, allow_capped=allow_capped,
-                                   levers={"oom_hybrid_state": "max_running_requests"} if no_radix else None)
+    # The plan as the role builds it for the unit: without the radix cache the weights and
+    # hybrid-state classes get the running-request lever by default.
+    plan = NEW.mtp_tune_fit_ladder(None, None, 4, 32, 512, 48, allow_capped=allow_capped, radix_cache=not no_radix)
+    print("levers: %s" % ", ".join("%s -> %s" % (cls, lev or "none") for cls, lev in sorted(plan["levers"].items())))
     print("fit floor: max-running-requests >= %d (the judged concurrency, throughput at C=32), graph bs >= %d" % (
         plan["mrr_floor"], plan["bs_floor"]))
     print("%5s %-18s %-22s %9s %6s %8s %s"
@@ -331,6 +333,7 @@ def main():
         fit_bench()
         fit_bench("h200-x8", "Qwen/Qwen3.5-122B-A10B", 2)
         fit_bench("rtx-pro-6000-x4", "Qwen/Qwen3.5-122B-A10B", 4, gpu_mib=60000)
+        fit_bench(no_radix=True)
 
 
 if __name__ == "__main__":
