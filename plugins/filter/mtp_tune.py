@@ -612,7 +612,9 @@ class _Lane(object):
         return self._tau_high(x) / low if low > 0 else float("inf")
 
     def _t_mid(self, series, x):
-        """Round time at x by linear interpolation (or extension) of the measured points."""
+        """Round time at x by linear interpolation of the measured points, extended above the
+        dearest; below the cheapest it is taken flat (the most monotony allows): a cheaper
+        candidate is predicted at the least it could reach, and reached by rule 2 if at all."""
         pts, xs = series["pts"], series["xs"]
         left = [a for a in xs if a < x]
         right = [a for a in xs if a > x]
@@ -620,8 +622,6 @@ class _Lane(object):
             a, b = left[-1], right[0]
         elif len(left) >= 2:
             a, b = left[-2], left[-1]
-        elif len(right) >= 2:
-            a, b = right[0], right[1]
         else:
             return pts[xs[0]]
         return max(pts[a] + (x - a) * (pts[b] - pts[a]) / float(b - a), 1e-12)
@@ -703,10 +703,52 @@ def _acq(ub, pred):
 
 
 def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
-    """Next candidate of one lane and why, or (None, None) when none can still win."""
+    """Next candidate of one lane and why, or (None, None) when the search of the lane is over.
+
+    After the seed and the ends ``probe_ends`` names, two rules in turn:
+
+    1. among the candidates the chain-model bounds leave able to win, the one the model
+       predicts highest, while that prediction beats the best measured figure (round time
+       interpolated between the measured points at the judged level, or extended above them,
+       and taken flat below the cheapest; accept length from the fitted chain acceptance).
+       This finds a second peak or the far end of a climb without walking to it;
+    2. the unmeasured neighbours in the list of the best measured candidate and of every
+       candidate within the noise band of it, bounds or not: the answer is then a measured
+       local optimum, also where the round times bend the other way than the bounds assume.
+    """
     objective, level, noise, slo_min_tps = args
     if lane[seed_idx]["key"] not in states:
         return lane[seed_idx], "adaptive: seed"
+    model = _Lane(lane, states, objective, level, noise, slo_min_tps)
+    band = math.sqrt(2.0) * noise
+    open_ = {}
+    for i, cand in enumerate(lane):
+        if cand["key"] in states:
+            continue
+        ub = model.bound(cand, level)
+        if _can_win(ub, cand, best, band):
+            open_[i] = (ub, model.predict(cand, level))
+    keys = [c["key"] for c in lane]
+    top = best["top"]
+    ref = keys.index(top["key"]) if top and top["key"] in keys else seed_idx
+    # Every candidate within the band of the top counts as a best: a near-tie may hide the
+    # climb on its other side.
+    tops = [ref]
+    if top is not None:
+        for row in best["ranking"]:
+            sc = row["score"]
+            if sc["value"] is not None and row["key"] in keys and row["key"] != top["key"] \
+                    and sc["value"] >= top["score"]["value"] * (1.0 - _band(noise, top["score"], sc)):
+                tops.append(keys.index(row["key"]))
+    near = set()
+    for i in tops:
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < len(lane) and lane[j]["key"] not in states:
+                j += step
+            if abs(j - i) > 1:
+                near.add(i + step)
+    near = sorted(near)
     ends = []
     if probe_ends in ("both", "high"):
         ends.append(len(lane) - 1)
@@ -715,25 +757,20 @@ def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
     for idx in ends:
         if lane[idx]["key"] not in states:
             return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
-    model = _Lane(lane, states, objective, level, noise, slo_min_tps)
-    band = math.sqrt(2.0) * noise
-    open_ = []
-    for i, cand in enumerate(lane):
-        if cand["key"] in states:
-            continue
-        ub = model.bound(cand, level)
-        if _can_win(ub, cand, best, band):
-            pred = model.predict(cand, level)
-            open_.append((_acq(ub, pred), i, cand))
-    if not open_:
-        return None, None
-    keys = [c["key"] for c in lane]
-    ref = keys.index(best["winner"]["key"]) if best["winner"] and best["winner"]["key"] in keys else seed_idx
-    # Largest expected gain or uncertainty first; among unbounded ones the nearest to the best.
-    acq, _i, cand = max(open_, key=lambda r: (r[0], -abs(r[1] - ref), -r[1]))
-    if acq == float("inf"):
-        return cand, "adaptive: no bound yet, next to the best"
-    return cand, "adaptive: could reach %.1f" % model.bound(cand, level)
+    if top is not None and open_:
+        preds = [(p if p is not None else ub, i) for i, (ub, p) in open_.items()]
+        val, i = max(preds, key=lambda r: (r[0], -abs(r[1] - ref)))
+        if val > top["score"]["value"]:
+            return lane[i], "adaptive: predicted %.1f, could reach %.1f" % (val, open_[i][0])
+    if near:
+        def _rank(i):
+            pred = open_.get(i, (None, -1.0))[1]
+            return (pred is None, -(pred or 0.0), i)
+        i = sorted(near, key=_rank)[0]
+        return lane[i], "adaptive: next to the best"
+    if top is None and open_:
+        return lane[min(open_)], "adaptive: nothing measured yet"
+    return None, None
 
 
 def _labelled(nxt):
@@ -777,8 +814,11 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
       candidate gets an upper bound from what the launches measured (accept length -> chain
       acceptance; time per verify round, non-decreasing in draft depth at a non-decreasing
       rate); candidates that cannot beat the best beyond the noise band (or could only tie a
-      cheaper one) are dropped, and the one with the highest bound is launched next.  The
-      search ends when none is left.  Never launches a candidate a cheaper one proved cannot fit.
+      cheaper one) are dropped.  Of the rest, the one the chain model predicts highest is
+      launched while that prediction beats the best; then the unmeasured neighbours of the best
+      (and of any candidate within the band of it) are measured, so the answer is a measured
+      local optimum.  The search ends when neither rule has a candidate left.  Never launches a
+      candidate a cheaper one proved cannot fit.
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
 

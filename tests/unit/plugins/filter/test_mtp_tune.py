@@ -438,6 +438,37 @@ def test_adaptive_finds_the_best_where_the_old_climb_stopped(name, values, best)
     assert got == best, name
 
 
+@pytest.mark.parametrize("values", [
+    [95, 105, 110, 111, 111.5, 111, 104, 96],
+    [100, 118, 112, 120, 126, 119, 108, 98],
+    [130, 140, 138, 136, 133, 130, 124, 118],
+    [110, 100, 99, 99.5, 97, 95, 92, 90],
+])
+def test_adaptive_ends_on_a_measured_local_optimum(values):
+    """Whatever the model predicted, the winner's neighbours in the list were measured, and so were
+    the neighbours of every candidate within the band of the top."""
+    steps = [1, 2, 3, 4, 5, 6, 8, 10]
+    atts, got = _shape(values)
+    measured = set(a["candidate"]["steps"] for a in atts)
+    top = max(values)
+    i = steps.index(got)
+    assert values[i] >= top * (1 - 2 ** 0.5 * 0.015)
+    near = [j for j, v in enumerate(values) if j in [steps.index(m) for m in measured]
+            and v >= max(values[steps.index(m)] for m in measured) * (1 - 2 ** 0.5 * 0.015)]
+    for j in near:
+        for k in (j - 1, j + 1):
+            if 0 <= k < len(steps):
+                assert steps[k] in measured, (values, sorted(measured))
+
+
+def test_adaptive_jumps_where_the_model_predicts_a_gain():
+    """A monotone climb: after the seed and the dear end, the model predicts nothing in between
+    above the end, so only the end's neighbour is verified (no walk up the list)."""
+    atts, got = _shape([105, 110, 115, 120, 125, 130, 140, 150])
+    assert got == 10
+    assert [a["candidate"]["steps"] for a in atts] == [3, 10, 8]
+
+
 def test_adaptive_keeps_searching_after_a_small_gain():
     """A step up that gains less than the old min_gain no longer ends the search."""
     cands = F.mtp_tune_candidates([1, 2, 3, 4, 5])
