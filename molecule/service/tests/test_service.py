@@ -139,7 +139,12 @@ def test_main_pid_is_the_server_and_the_journal_never_has_the_key(host):
     argv = host.file("/proc/%d/cmdline" % main_pid).content_string.split("\0")
     assert argv[1:3] == ["-m", "sglang_sim.launch_server"], argv  # the launcher exec'd the server
     # Its output filter: in the unit's cgroup, not a child of the server, no key in its argv.
-    filters = host.run("pgrep -f sglang_launch_redacted.py.--filter").stdout.split()
+    # The server's filter is the one reading the pipe the server writes to (a filter of an
+    # earlier start lives on while orphans it served still hold that start's pipe).
+    out_pipe = host.run("readlink /proc/%d/fd/1" % main_pid).stdout.strip()
+    assert out_pipe.startswith("pipe:"), out_pipe
+    filters = [pid for pid in host.run("pgrep -f sglang_launch_redacted.py.--filter").stdout.split()
+               if out_pipe in host.run("readlink /proc/%s/fd/*" % pid).stdout.split()]
     assert len(filters) == 1, filters
     assert "sglang-qwen.service" in host.file("/proc/%s/cgroup" % filters[0]).content_string
     assert host.run("ps -o ppid= -p %s" % filters[0]).stdout.strip() != str(main_pid)
