@@ -62,7 +62,7 @@ def test_long_lines_are_folded_and_cut():
      "http://127.0.0.1:30001"),
     ("[Service]\nExecStart=/p -m s --host 0.0.0.0 \\\n  --port=31000 --tp-size 4\n", "http://127.0.0.1:31000"),
     ("ExecStart=/p -m s --host :: --port 1\n", "http://[::1]:1"),
-    ("ExecStart=/p -m s --host 10.0.0.5\n", "http://10.0.0.5:30000"),
+    ("ExecStart=/p -m s --host 192.0.2.5\n", "http://192.0.2.5:30000"),
     ("[Unit]\nDescription=no exec\n", "http://fallback:1"),
     (None, "http://fallback:1"),
 ])
