@@ -28,35 +28,29 @@ import select
 import threading
 import time
 
+from ansible_collections.blackwell.sglang.plugins.module_utils.procs import parse_stat
+
+
+def _stat(pid, proc="/proc"):
+    """/proc/<pid>/stat parsed by procs.parse_stat, or None when the pid is gone."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), "rb") as fh:
+            return parse_stat(fh.read().decode("ascii", "replace"))
+    except (IOError, OSError):
+        return None
+
 
 def proc_start_time(pid, proc="/proc"):
     """Field 22 of /proc/<pid>/stat (start time in clock ticks), or None when the pid is gone.
 
     A pid together with its start time names one process even if the pid is reused."""
-    try:
-        with open(os.path.join(proc, str(pid), "stat"), "rb") as fh:
-            data = fh.read().decode("ascii", "replace")
-    except (IOError, OSError):
-        return None
-    # comm (field 2) may hold spaces and parentheses: split after the last ')'
-    rest = data[data.rfind(")") + 2:].split()
-    try:
-        return int(rest[19])
-    except (IndexError, ValueError):
-        return None
+    st = _stat(pid, proc)
+    return st["starttime"] if st else None
 
 
 def parent_of(pid, proc="/proc"):
-    try:
-        with open(os.path.join(proc, str(pid), "stat"), "rb") as fh:
-            data = fh.read().decode("ascii", "replace")
-    except (IOError, OSError):
-        return None
-    rest = data[data.rfind(")") + 2:].split()
-    try:
-        return int(rest[1])
-    except (IndexError, ValueError):
-        return None
+    st = _stat(pid, proc)
+    return st["ppid"] if st else None
 
 
 def ancestors(pid=None, proc="/proc"):
