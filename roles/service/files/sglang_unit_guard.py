@@ -417,7 +417,7 @@ def cmd_watchdog(args):
                                        args.max_restarts, args.window)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     state.update({"unit": args.unit, "last_check": stamp, "last_result": reason,
-                  "ready": bool(ready and tokens)})
+                  "ready": bool(ready and tokens), "invocation_id": show.get("InvocationID")})
     actions = list(state.get("actions", []))
     if action != "none":
         _say("sglang-watchdog: %s %s: %s" % ("restarting" if action == "restart" else "stopping",
