@@ -45,7 +45,7 @@ def test_reads_the_record_the_unit_and_whether_a_key_exists(tmp_path, capsys, mo
     assert out["unit"] == {"name": "sglang-qwen.service", "installed": True, "active_state": "active",
                            "sub_state": "running", "invocation_id": "0123abcd",
                            "active_enter_timestamp": "Wed 2026-12-02 21:00:00 UTC", "main_pid": 4242,
-                           "n_restarts": 0}
+                           "n_restarts": 0, "result": None}
     assert out["ansible_facts"]["sglang_node_info"]["record"] == RECORD
 
 
