@@ -208,7 +208,9 @@ serving:
       description: Whether the crash-loop brake stopped the unit (C(Result=start-limit-hit)).
       type: bool
     watchdog:
-      description: The watchdog's record (last check and result, its restarts, whether it gave up and stopped the unit, its last actions); V(null) before its first check.
+      description:
+        - The watchdog's record (last check and result, its restarts, whether it gave up and
+          stopped the unit, its last actions); V(null) before its first check.
       type: dict
     status_path:
       description: Path of the exit record.

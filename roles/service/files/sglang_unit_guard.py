@@ -420,8 +420,8 @@ def cmd_watchdog(args):
                   "ready": bool(ready and tokens), "invocation_id": show.get("InvocationID")})
     actions = list(state.get("actions", []))
     if action != "none":
-        _say("sglang-watchdog: %s %s: %s" % ("restarting" if action == "restart" else "stopping",
-                                              args.unit, reason))
+        verb = "restarting" if action == "restart" else "stopping"
+        _say("sglang-watchdog: %s %s: %s" % (verb, args.unit, reason))
         actions.append({"time": stamp, "action": action, "reason": reason})
         if action == "restart":
             history.append(now)

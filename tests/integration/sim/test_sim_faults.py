@@ -10,8 +10,8 @@ from _simharness import SPEC3, alive, request, run, state_pids
 
 
 def _generate(port, timeout):
-    body = {"text": "hello", "sampling_params": {"max_new_tokens": 4, "temperature": 0.0,
-                                                  "ignore_eos": True}}
+    params = {"max_new_tokens": 4, "temperature": 0.0, "ignore_eos": True}
+    body = {"text": "hello", "sampling_params": params}
     try:
         return run(asyncio.wait_for(request(port, "POST", "/generate", body), timeout))[0]
     except asyncio.TimeoutError:
