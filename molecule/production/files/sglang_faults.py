@@ -131,6 +131,9 @@ def main():
         deadline = time.time() + a.timeout
         while time.time() < deadline and not tokens(a.url, api_key, 2) and health(a.url) != 200:
             time.sleep(0.1)
+        if a.fault == "wedge":
+            # Read at start by the server now up: one wedge, the next start is healthy again.
+            sim_config(a.sim_config, wedge_after=None)
         t0 = None
         while time.time() < deadline:
             if health(a.url) == 200 and not tokens(a.url, api_key, 1):
@@ -139,8 +142,6 @@ def main():
         out["wedged"] = t0 is not None
         out["health_while_wedged"] = health(a.url)
         if a.fault == "wedge":
-            # One wedge: the next start is healthy again.
-            sim_config(a.sim_config, wedge_after=None)
             if t0 is not None:
                 out["seconds_to_serving"] = wait_serving(a.url, api_key, t0, a.timeout)
             out["restarted"] = show(a.unit, "InvocationID") != invocation

@@ -248,8 +248,12 @@ def _gpu_apps(nvidia_smi):
 
 
 def _systemctl_show(unit, props):
-    res = subprocess.run(["systemctl", "show", unit, "-p", ",".join(props)],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30, check=False)
+    try:
+        res = subprocess.run(["systemctl", "show", unit, "-p", ",".join(props)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return {}
     out = {}
     for line in res.stdout.decode("utf-8", "replace").splitlines():
         if "=" in line:
@@ -261,9 +265,13 @@ def _systemctl_show(unit, props):
 def _journal_lines(invocation):
     if not invocation:
         return []
-    res = subprocess.run(["journalctl", "--no-pager", "-o", "cat",
-                          "_SYSTEMD_INVOCATION_ID=%s" % invocation],
-                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60, check=False)
+    try:
+        res = subprocess.run(["journalctl", "--no-pager", "-o", "cat",
+                              "_SYSTEMD_INVOCATION_ID=%s" % invocation],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return []
     return res.stdout.decode("utf-8", "replace").splitlines()
 
 
@@ -335,9 +343,10 @@ def cmd_record_exit(args):
     env = os.environ
     result = env.get("SERVICE_RESULT", "")
     lines = _journal_lines(env.get("INVOCATION_ID"))
-    # The journal may lag the process's last writes by a moment.
+    # The journal may lag the process's last writes by a moment; a process killed by a signal
+    # wrote no cause, so only an exit with an error code is worth the wait.
     deadline = time.monotonic() + args.journal_wait
-    while (result not in ("success", "") and journal.classify(lines)[0] == "unknown"
+    while (result == "exit-code" and journal.classify(lines)[0] == "unknown"
            and time.monotonic() < deadline):
         time.sleep(0.5)
         lines = _journal_lines(env.get("INVOCATION_ID"))
@@ -412,6 +421,11 @@ def cmd_watchdog(args):
     if ready:
         health_ok, tokens = probe_tokens(args.url, read_api_key(args.config), args.tokens,
                                          args.deadline)
+    if ready and not tokens:
+        # A start or stop by systemd while the probe ran is not a wedge of this server.
+        again = _systemctl_show(args.unit, ["ActiveState", "InvocationID"])
+        if again.get("ActiveState") != "active" or again.get("InvocationID") != show.get("InvocationID"):
+            active = False
     now = time.time()
     action, reason = watchdog_decision(active, ready, health_ok, tokens, history, now,
                                        args.max_restarts, args.window)

@@ -77,3 +77,30 @@ def test_port_is_refused_while_loading_with_the_port_fault(start_sim):
         assert s.connect_ex(("127.0.0.1", sim.port)) != 0
     sim.wait_ready()
     assert _generate(sim.port, 5) == 200
+
+
+def _guard():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[3] / "roles" / "service" / "files" / "sglang_unit_guard.py"
+    spec = importlib.util.spec_from_file_location("sglang_unit_guard", str(path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_watchdogs_probe_tells_a_wedge_from_a_server(start_sim, tmp_path):
+    guard = _guard()
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text('api-key: "k-123"\n')
+    key = guard.read_api_key(str(secrets))
+    sim = start_sim(SPEC3 + ["--api-key", key],
+                    env={"SGLANG_SIM_WEDGE_AFTER": "20",
+                         "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}).wait_ready()
+    url = "http://127.0.0.1:%d" % sim.port
+    assert guard.probe_tokens(url, key, 4, 5) == (True, 4)
+    assert guard.probe_tokens(url, "wrong", 4, 5) == (True, 0)
+    time.sleep(1.5)
+    t0 = time.time()
+    assert guard.probe_tokens(url, key, 4, 1.0) == (True, 0)
+    assert time.time() - t0 < 3  # bounded by the deadline
