@@ -343,12 +343,15 @@ def cmd_record_exit(args):
     env = os.environ
     result = env.get("SERVICE_RESULT", "")
     lines = _journal_lines(env.get("INVOCATION_ID"))
-    # The journal may lag the process's last writes by a moment; a process killed by a signal
-    # wrote no cause, so only an exit with an error code is worth the wait.
-    deadline = time.monotonic() + args.journal_wait
-    while (result == "exit-code" and journal.classify(lines)[0] == "unknown"
-           and time.monotonic() < deadline):
-        time.sleep(0.5)
+    # The journal may lag the process's last writes by a moment. SGLang kills itself after an
+    # init failure (SIGKILL), so the result says little: wait while its lines say it was going
+    # down without a cause yet, briefly otherwise (a plain crash writes nothing).
+    start = time.monotonic()
+    while result not in ("success", "") and journal.classify(lines)[0] == "unknown":
+        waited = time.monotonic() - start
+        if waited >= args.journal_wait or (waited >= 0.5 and not journal.is_fatal(lines)):
+            break
+        time.sleep(0.25)
         lines = _journal_lines(env.get("INVOCATION_ID"))
     show = _systemctl_show(args.unit, ["NRestarts"])
     try:
