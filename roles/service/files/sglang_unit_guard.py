@@ -119,8 +119,9 @@ def backoff_delay(consecutive_failures, base, maximum):
 
 
 def next_status(prev, service_result, exit_code, exit_status, lines, restarts, now):
-    """The status record after a run of the unit ended (ExecStopPost's environment and the
-    run's journal lines). A run that ended on its own is a failure; a clean stop is not."""
+    """The status record after a run of the unit ended (ExecStopPost's environment, the run's
+    journal lines and NRestarts: systemd's restarts since the last start by hand). A run that
+    ended on its own is a failure; a clean stop is not."""
     prev = prev or {}
     ready = journal.saw_ready(lines)
     failed = service_result not in ("success", "", None)
@@ -145,8 +146,10 @@ def next_status(prev, service_result, exit_code, exit_status, lines, restarts, n
         status["last_failure"] = {"class": cls, "line": line, "time": now,
                                   "service_result": service_result, "exit_status": exit_status,
                                   "hint": journal.hint(cls)}
-        # A run that served and then crashed starts a new series.
-        status["consecutive_failures"] = 1 if ready else int(prev.get("consecutive_failures", 0)) + 1
+        # A run that served and then crashed starts a new series, and so does a run started by
+        # hand or by a play (systemd counts NRestarts from the last such start).
+        series = 0 if (ready or not restarts) else int(prev.get("consecutive_failures") or 0)
+        status["consecutive_failures"] = series + 1
     return status
 
 
@@ -327,6 +330,13 @@ def cmd_clean_start(args):
 
 
 def _backoff(args):
+    # Only systemd's own restarts back off; a start by hand or by a play goes ahead at once.
+    try:
+        restarts = int(_systemctl_show(args.unit, ["NRestarts"]).get("NRestarts") or 0)
+    except ValueError:
+        restarts = 0
+    if not restarts:
+        return 0
     status = _load_json(os.path.join(args.state_dir, STATUS_FILE))
     delay = backoff_delay(int(status.get("consecutive_failures") or 0), args.backoff_base,
                           args.backoff_max)

@@ -91,6 +91,9 @@ def test_next_status_counts_failed_starts_and_classifies():
     s4 = guard.next_status(s3, "success", "exited", "0", [READY], 2, "t4")
     assert not s4["failed"] and s4["consecutive_failures"] == 0
     assert s4["last_failure"]["time"] == "t3"
+    # A start by hand (NRestarts back to 0) after a braked series starts a new one.
+    s5 = guard.next_status(dict(s2, consecutive_failures=3), "signal", "killed", "KILL", [OOM], 0, "t5")
+    assert s5["consecutive_failures"] == 1
 
 
 def test_next_status_quotes_the_clean_start_when_sglang_said_nothing():
