@@ -107,6 +107,7 @@ def main():
     ap.add_argument("--config", default="/etc/sglang/qwen/secrets.yaml")
     ap.add_argument("--sim-config", default="/etc/sglang-sim/config.json")
     ap.add_argument("--timeout", type=float, default=90)
+    ap.add_argument("--watchdog-record", default="/var/lib/blackwell-sglang/qwen/watchdog.json")
     a = ap.parse_args()
     api_key = key(a.config)
     out = {"fault": a.fault}
@@ -146,6 +147,15 @@ def main():
                 out["seconds_to_serving"] = wait_serving(a.url, api_key, t0, a.timeout)
             out["restarted"] = show(a.unit, "InvocationID") != invocation
         else:
+            # A restart passes through "inactive" too: the watchdog's record says when it gave up.
+            while time.time() < deadline:
+                try:
+                    with open(a.watchdog_record) as fh:
+                        if json.load(fh).get("gave_up"):
+                            break
+                except (OSError, ValueError):
+                    pass
+                time.sleep(0.5)
             while time.time() < deadline and show(a.unit, "ActiveState") not in ("inactive", "failed"):
                 time.sleep(0.5)
             sim_config(a.sim_config, wedge_after=None)
