@@ -54,18 +54,21 @@ WATCHDOG_FILE = "watchdog.json"
 # ----------------------------------------------------------------------------- pure decisions
 
 def parse_cgroup(text):
-    """The cgroup path of a process from /proc/<pid>/cgroup: the v2 entry (``0::/path``), else
-    the systemd v1 hierarchy (``N:name=systemd:/path``); None when neither is there."""
-    v1 = None
+    """The cgroup path of a process from /proc/<pid>/cgroup: the v2 entry (``0::/path``), or on
+    a hybrid host, where that entry may be bare ``/``, systemd's v1 hierarchy
+    (``N:name=systemd:/path``); None when neither is there."""
+    v1 = v2 = None
     for line in (text or "").splitlines():
         parts = line.strip().split(":", 2)
         if len(parts) != 3:
             continue
         if parts[0] == "0" and parts[1] == "":
-            return parts[2]
-        if parts[1] == "name=systemd":
+            v2 = parts[2]
+        elif parts[1] == "name=systemd":
             v1 = parts[2]
-    return v1
+    if v2 and (unit_of_cgroup(v2) or not v1):
+        return v2
+    return v1 or v2
 
 
 def unit_of_cgroup(path):

@@ -28,6 +28,10 @@ def _p(pid, argv, uid=999, cgroup=MINE):
     ("0::/system.slice/sglang-qwen.service\n", MINE),
     ("12:cpu:/x\n1:name=systemd:/system.slice/a.service\n", "/system.slice/a.service"),
     ("", None),
+    # Hybrid host: the unified entry is bare, systemd's v1 hierarchy names the unit.
+    ("9:name=systemd:/system.slice/sglang-qwen.service\n0::/\n", MINE),
+    ("9:name=systemd:/\n0::/system.slice/sglang-qwen.service\n", MINE),
+    ("0::/\n", "/"),
 ])
 def test_parse_cgroup(text, want):
     assert guard.parse_cgroup(text) == want
