@@ -34,6 +34,12 @@ options:
       - The service role's C(sglang_service_config_dir).
     type: path
     default: /etc/sglang
+  status_root:
+    description:
+      - The service role's C(sglang_service_status_root), where the unit itself records how its
+        runs ended (C(<name>/status.json)) and what its watchdog did (C(<name>/watchdog.json)).
+    type: path
+    default: /var/lib/blackwell-sglang
 extends_documentation_fragment:
   - blackwell.sglang.attributes
   - blackwell.sglang.attributes.facts
@@ -172,6 +178,48 @@ unit:
     n_restarts:
       description: C(NRestarts), automatic restarts since the unit was last started by hand.
       type: int
+    result:
+      description: C(Result) of the unit's last run, e.g. V(success), V(exit-code), V(start-limit-hit).
+      type: str
+serving:
+  description:
+    - The serving state as the unit itself recorded it, without a playbook run - its exit record
+      (written by C(ExecStopPost)) and its wedge watchdog.
+  returned: always
+  type: dict
+  contains:
+    ready:
+      description:
+        - V(true) when the unit runs and the watchdog's last check of this very start got tokens,
+          V(false) when it runs and that check got none or the unit is not running, V(null) when
+          no check of this start is recorded yet.
+      type: bool
+    last_failure:
+      description: Class (as sglang_service_wait classifies), journal line, time and hint of the last run that ended on its own; V(null) if none.
+      type: dict
+      sample: {class: oom_weights, line: "ValueError: Loaded weights leave no GPU memory ...", time: "2026-05-01T10:00:00Z"}
+    consecutive_failures:
+      description: Failed starts in a row (what the clean start backs off on).
+      type: int
+    restarts:
+      description: Automatic restarts (C(NRestarts)) since the unit was last started by hand.
+      type: int
+    start_limit_hit:
+      description: Whether the crash-loop brake stopped the unit (C(Result=start-limit-hit)).
+      type: bool
+    watchdog:
+      description:
+        - The watchdog's record (last check and result, its restarts, whether it gave up and
+          stopped the unit, its last actions); V(null) before its first check.
+      type: dict
+    status_path:
+      description: Path of the exit record.
+      type: str
+      sample: /var/lib/blackwell-sglang/qwen/status.json
+    watchdog_path:
+      description: Path of the watchdog's record.
+      type: str
+      sample: /var/lib/blackwell-sglang/qwen/watchdog.json
 ansible_facts:
   description: The same data under C(sglang_node_info).
   returned: always
@@ -191,6 +239,7 @@ _PROPS = (
     ("ActiveEnterTimestamp", "active_enter_timestamp"),
     ("MainPID", "main_pid"),
     ("NRestarts", "n_restarts"),
+    ("Result", "result"),
 )
 
 
@@ -223,6 +272,41 @@ def read_record(path):
     if not isinstance(data, dict) or not isinstance(data.get("setting"), dict):
         raise ValueError("%s holds no setting object: fix it or remove it" % path)
     return data
+
+
+def read_status(path, warn):
+    """A JSON record the unit writes (atomically), None when absent or unreadable (warned)."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        warn("ignoring %s: %s" % (path, exc))
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def serving_state(unit, status, watchdog):
+    """The RETURN's serving dict from the unit's state and its two records."""
+    active = unit.get("active_state") == "active"
+    ready = None
+    if not active:
+        ready = False if unit.get("installed") else None
+    elif watchdog and watchdog.get("invocation_id") and \
+            watchdog.get("invocation_id") == unit.get("invocation_id"):
+        ready = bool(watchdog.get("ready"))
+    status = status or {}
+    return {
+        "ready": ready,
+        "last_failure": status.get("last_failure"),
+        "consecutive_failures": int(status.get("consecutive_failures") or 0),
+        "restarts": unit.get("n_restarts") or 0,
+        "start_limit_hit": unit.get("result") == "start-limit-hit",
+        "watchdog": None if not watchdog else dict(
+            (k, watchdog.get(k)) for k in ("last_check", "last_result", "restarts_total",
+                                           "gave_up", "gave_up_at", "actions")),
+    }
 
 
 def parse_show(text):
@@ -268,6 +352,7 @@ def main():
         argument_spec=dict(
             name=dict(type="str", default="qwen"),
             config_dir=dict(type="path", default="/etc/sglang"),
+            status_root=dict(type="path", default="/var/lib/blackwell-sglang"),
         ),
         supports_check_mode=True,
     )
@@ -291,6 +376,14 @@ def main():
         "legacy_env_file": where["legacy_env"] if os.path.exists(where["legacy_env"]) else None,
         "unit": unit,
     }
+    status_dir = os.path.join(module.params["status_root"], name)
+    status_path = os.path.join(status_dir, "status.json")
+    watchdog_path = os.path.join(status_dir, "watchdog.json")
+    serving = serving_state(unit, read_status(status_path, module.warn),
+                            read_status(watchdog_path, module.warn))
+    serving["status_path"] = status_path
+    serving["watchdog_path"] = watchdog_path
+    info["serving"] = serving
     result = dict(info)
     result["changed"] = False
     result["ansible_facts"] = {"sglang_node_info": info}

@@ -19,6 +19,8 @@ SETTINGS = {
     "time_scale": (float, 1.0),
     "load_seconds": (float, 20.0),
     "orphans": (bool, False),
+    "orphans_keep_port": (bool, False),
+    "wedge_after": (float, 0.0),
     "state_dir": (str, "/run/sglang-sim"),
     "dev_dir": (str, "/dev"),
     "gpu_memory_mib": (int, None),

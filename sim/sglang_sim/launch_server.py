@@ -14,6 +14,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -121,9 +122,10 @@ class Launcher(object):
         self.srv = None
         self.http = None
         self.sched = None
+        self.sock = None
 
     # -------------------------------------------------------------- processes
-    def spawn(self, title, cfg):
+    def spawn(self, title, cfg, pass_fds=()):
         env = dict(os.environ)
         pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(sglang_sim.__file__)))
         env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -132,7 +134,7 @@ class Launcher(object):
         # The settings travel on stdin so that `ps` shows a short command line.
         proc = subprocess.Popen([title, "-m", "sglang_sim._rank"],
                                 executable=sys.executable, env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, close_fds=True)
+                                stdout=subprocess.PIPE, close_fds=True, pass_fds=pass_fds)
         proc.stdin.write(json.dumps(cfg).encode())
         proc.stdin.close()
         return proc
@@ -276,7 +278,9 @@ class Launcher(object):
             self.children.append(("scheduler", rank, proc))
         det_cfg = {"role": "detokenizer", "state_dir": s["state_dir"], "orphans": s["orphans"],
                    "time_scale": self.scale}
-        det = self.spawn("sglang::detokenizer", det_cfg)
+        self.sock = self._prebind() if s["orphans"] and s["orphans_keep_port"] else None
+        det = self.spawn("sglang::detokenizer", det_cfg,
+                         pass_fds=(self.sock.fileno(),) if self.sock is not None else ())
         self.children.append(("detokenizer", -1, det))
         for role, rank, proc in self.children:
             self.loop.add_reader(proc.stdout.fileno(), self.on_child_output, rank, proc)
@@ -295,8 +299,13 @@ class Launcher(object):
         uvicorn_log("INFO:     Waiting for application startup.")
         uvicorn_log("INFO:     Application startup complete.")
         try:
-            self.http = await asyncio.start_server(self.srv.handle, a["host"], a["port"],
-                                                   reuse_address=True, limit=1 << 20, backlog=1024)
+            if self.sock is not None:
+                self.http = await asyncio.start_server(self.srv.handle, sock=self.sock,
+                                                       limit=1 << 20, backlog=1024)
+            else:
+                self.http = await asyncio.start_server(self.srv.handle, a["host"], a["port"],
+                                                       reuse_address=True, limit=1 << 20,
+                                                       backlog=1024)
         except OSError as exc:
             uvicorn_log("ERROR:    [Errno %d] error while attempting to bind on address %r: %s"
                         % (exc.errno or 0, (a["host"], a["port"]), _strerror(exc)))
@@ -310,9 +319,29 @@ class Launcher(object):
         else:
             self.srv.status = "Up"
         log("The server is fired up and ready to roll!")
+        if s["wedge_after"] > 0:
+            self.loop.call_later(s["wedge_after"] * self.scale, self.sched.wedge)
         self.stop = self.loop.create_future()
         await self.stop
         return 0
+
+    def _prebind(self):
+        """The orphans-keep-the-port fault (sgl-project/sglang#31645): the HTTP socket exists
+        before the children and the detokenizer inherits it, so once orphaned it keeps the
+        port bound (and, after listen(), accepting into a backlog nobody serves). Bound but
+        not listening until the server is up, so connections are refused during load as
+        with uvicorn. A port already taken falls back to the normal bind after load, which
+        then fails with uvicorn's message."""
+        a = self.args
+        try:
+            sock = socket.socket(socket.AF_INET6 if ":" in a["host"] else socket.AF_INET,
+                                 socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((a["host"], a["port"]))
+        except OSError:
+            return None
+        sock.set_inheritable(True)
+        return sock
 
     async def warmup(self):
         from sglang_sim.scheduler import Request

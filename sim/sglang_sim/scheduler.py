@@ -132,6 +132,14 @@ class Scheduler(object):
         self.log_prefix = log_prefix
         self.cuda_graph = cuda_graph
         self.window_spec = [0, 0, 0]  # accepted tokens, verify forwards, correct drafts
+        self.wedged = False
+
+    def wedge(self):
+        """The wedge fault: the loop stops at its next step and never produces a token again,
+        while the HTTP server keeps answering (hasso5703/dgx-spark-qwen38#2). Silent, like a
+        hung collective: nothing is logged."""
+        self.wedged = True
+        self.wake.set()
 
     def start(self):
         self.task = asyncio.ensure_future(self._loop())
@@ -198,6 +206,8 @@ class Scheduler(object):
     async def _loop(self):
         deadline = time.monotonic()
         while True:
+            if self.wedged:
+                await asyncio.Event().wait()
             if self.idle():
                 self.wake.clear()
                 await self.wake.wait()

@@ -235,3 +235,32 @@ def test_a_keyed_unit_starts_sglang_through_the_redacting_launcher(render):
     for overrides in ({}, {"sglang_service_api_key": "k", "sglang_service_log_redaction": False}):
         words = _exec_words(render(**overrides))
         assert words[1:3] == ["-m", "sglang.launch_server"] and launcher not in words
+
+
+def _lines(text, prefix):
+    return [line for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_crash_loop_brake_clean_start_and_exit_record(render):
+    text = render()
+    assert _lines(text, "StartLimitIntervalSec=") == ["StartLimitIntervalSec=900"]
+    assert _lines(text, "StartLimitBurst=") == ["StartLimitBurst=5"]
+    # [Unit] keys: systemd ignores them (with a warning) in [Service].
+    assert text.index("StartLimitBurst=") < text.index("[Service]")
+    pre = _lines(text, "ExecStartPre=")
+    assert len(pre) == 1
+    words = shlex.split(pre[0][len("ExecStartPre="):])
+    assert words[1] == "/usr/local/libexec/blackwell-sglang/sglang_unit_guard.py"
+    assert words[2] == "clean-start" and "--no-clean" not in words
+    assert words[words.index("--unit") + 1] == "sglang-qwen.service"
+    assert words[words.index("--state-dir") + 1] == "/var/lib/blackwell-sglang/qwen"
+    assert words[words.index("--backoff-max") + 1] == "120"
+    assert _lines(text, "TimeoutStartSec=") == ["TimeoutStartSec=250"]
+    post = _lines(text, "ExecStopPost=")
+    assert len(post) == 1 and post[0].startswith("ExecStopPost=+/opt/sglang/venv/bin/python ")
+    assert "record-exit --unit sglang-qwen.service" in post[0]
+
+    off = render(sglang_service_clean_start=False)
+    assert "--no-clean" in _lines(off, "ExecStartPre=")[0]
+    bare = render(sglang_service_clean_start=False, sglang_service_restart_backoff_max=0)
+    assert not _lines(bare, "ExecStartPre=") and not _lines(bare, "TimeoutStartSec=")

@@ -35,7 +35,8 @@ def sim_env(tmp_path, **extra):
         "SGLANG_SIM_LOAD_SECONDS": "4",
         "SGLANG_SIM_PROFILE": "rtx-pro-6000-x4",
     })
-    for k in ("SGLANG_SIM_ORPHANS", "SGLANG_SIM_GPU_MEMORY_MIB", "SGLANG_SIM_SEED"):
+    for k in ("SGLANG_SIM_ORPHANS", "SGLANG_SIM_ORPHANS_KEEP_PORT", "SGLANG_SIM_WEDGE_AFTER",
+              "SGLANG_SIM_GPU_MEMORY_MIB", "SGLANG_SIM_SEED"):
         env.pop(k, None)
     env.update({k: str(v) for k, v in extra.items()})
     return env

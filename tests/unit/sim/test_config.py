@@ -55,3 +55,11 @@ def test_model_lookup(tmp_path):
     other.mkdir()
     (other / "sim_model.json").write_text('{"catalog": "Qwen/Qwen3-Next-80B-A3B-Instruct"}')
     assert config.lookup_model(str(other))[0] == "Qwen/Qwen3-Next-80B-A3B-Instruct"
+
+
+def test_fault_switches(tmp_path):
+    s = config.load_settings({"SGLANG_SIM_CONFIG": str(tmp_path / "none.json")})
+    assert s["orphans_keep_port"] is False and s["wedge_after"] == 0.0
+    s = config.load_settings({"SGLANG_SIM_CONFIG": str(tmp_path / "none.json"),
+                              "SGLANG_SIM_ORPHANS_KEEP_PORT": "1", "SGLANG_SIM_WEDGE_AFTER": "5"})
+    assert s["orphans_keep_port"] is True and s["wedge_after"] == 5.0

@@ -45,7 +45,7 @@ def test_reads_the_record_the_unit_and_whether_a_key_exists(tmp_path, capsys, mo
     assert out["unit"] == {"name": "sglang-qwen.service", "installed": True, "active_state": "active",
                            "sub_state": "running", "invocation_id": "0123abcd",
                            "active_enter_timestamp": "Wed 2026-12-02 21:00:00 UTC", "main_pid": 4242,
-                           "n_restarts": 0}
+                           "n_restarts": 0, "result": None}
     assert out["ansible_facts"]["sglang_node_info"]["record"] == RECORD
 
 
@@ -87,3 +87,48 @@ def test_an_empty_record_counts_as_none(tmp_path):
 def test_bad_names_are_refused(tmp_path, capsys, monkeypatch, name):
     out = run_main(capsys, monkeypatch, {"name": name, "config_dir": str(tmp_path)})
     assert out["failed"] is True and "name must be a server name" in out["msg"]
+
+
+def test_serving_state_from_the_units_own_records(tmp_path, capsys, monkeypatch):
+    status = tmp_path / "status" / "qwen"
+    status.mkdir(parents=True)
+    failure = {"class": "oom_weights", "line": "ValueError: Loaded weights leave no GPU memory",
+               "time": "2026-12-02T21:00:00Z"}
+    (status / "status.json").write_text(json.dumps(
+        {"failed": False, "consecutive_failures": 0, "last_failure": failure}))
+    (status / "watchdog.json").write_text(json.dumps(
+        {"invocation_id": "0123abcd", "ready": True, "last_check": "t", "last_result": "serving (4 tokens)",
+         "restarts_total": 2, "gave_up": False, "actions": [{"action": "restart"}],
+         "restart_times": [1.0]}))
+    args = {"name": "qwen", "config_dir": str(tmp_path), "status_root": str(tmp_path / "status")}
+    out = run_main(capsys, monkeypatch, args, show=SHOW + "Result=success\n")
+    serving = out["serving"]
+    assert serving["ready"] is True and serving["last_failure"] == failure
+    assert serving["watchdog"]["restarts_total"] == 2 and "restart_times" not in serving["watchdog"]
+    assert serving["restarts"] == 0 and serving["start_limit_hit"] is False
+    assert out["ansible_facts"]["sglang_node_info"]["serving"] == serving
+    # A check of an earlier start says nothing about this one.
+    out = run_main(capsys, monkeypatch, args, show=SHOW.replace("0123abcd", "ffff"))
+    assert out["serving"]["ready"] is None
+
+
+def test_serving_state_of_a_braked_unit(tmp_path, capsys, monkeypatch):
+    show = SHOW.replace("ActiveState=active", "ActiveState=failed").replace(
+        "NRestarts=0", "NRestarts=2") + "Result=start-limit-hit\n"
+    out = run_main(capsys, monkeypatch, {"name": "qwen", "config_dir": str(tmp_path),
+                                         "status_root": str(tmp_path / "none")}, show=show)
+    assert out["serving"]["ready"] is False and out["serving"]["start_limit_hit"] is True
+    assert out["serving"]["restarts"] == 2 and out["serving"]["watchdog"] is None
+    assert out["serving"]["last_failure"] is None
+
+
+def test_an_unreadable_status_file_is_ignored_with_a_warning(tmp_path, capsys, monkeypatch):
+    status = tmp_path / "qwen"
+    status.mkdir()
+    (status / "status.json").write_text("{not json")
+    warned = []
+    monkeypatch.setattr(m.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
+    out = run_main(capsys, monkeypatch, {"name": "qwen", "config_dir": str(tmp_path / "c"),
+                                         "status_root": str(tmp_path)})
+    assert out["serving"]["last_failure"] is None
+    assert any("status.json" in w for w in warned)
