@@ -18,6 +18,9 @@ rollout_smoke_check
     whether a short ``sglang_bench`` run clears the floors (absolute, or within X% of the tuned figure).
 rollout_budget
     whether the fleet's failure budget (``rollout_max_fail_percentage``) is spent.
+rollout_unit_state / rollout_unit_steady
+    a node's unit as it records itself (``sglang_node_info``), and whether it held through the
+    smoke bench (no stop, no restart by systemd or its watchdog).
 rollout_summary / rollout_summary_markdown
     the fleet summary written on the controller.
 
@@ -543,6 +546,83 @@ def _smoke_cell(rec):
     return " · ".join(parts) + (" ✓" if smoke.get("ok") else " ✗")
 
 
+def rollout_unit_state(info):
+    """A node's unit as the gate and the summary need it, from a sglang_node_info result.
+
+    ``None`` (or a result without ``unit``) gives ``None``: the node could not be read.
+    """
+    if not isinstance(info, dict) or not isinstance(info.get("unit"), dict):
+        return None
+    unit = info["unit"]
+    serving = info.get("serving") or {}
+    failure = serving.get("last_failure") or {}
+    watchdog = serving.get("watchdog") or {}
+    try:
+        restarts = int(unit.get("n_restarts") or serving.get("restarts") or 0)
+    except (TypeError, ValueError):
+        restarts = 0
+    return {
+        "active": unit.get("active_state") == "active",
+        "active_state": unit.get("active_state"),
+        "invocation_id": unit.get("invocation_id") or None,
+        "ready": serving.get("ready"),
+        "restarts": restarts,
+        "start_limit_hit": bool(serving.get("start_limit_hit")),
+        "last_failure_class": failure.get("class"),
+        "last_failure_line": failure.get("line"),
+        "last_failure_time": failure.get("time"),
+        "watchdog_restarts": int(watchdog.get("restarts_total") or 0),
+        "watchdog_gave_up": bool(watchdog.get("gave_up")),
+    }
+
+
+def rollout_unit_steady(ready, after):
+    """Why the unit did not hold between two readings (empty when it did).
+
+    ``ready``: the unit right after the service role saw tokens; ``after``: the same unit after
+    the smoke bench. A unit that stopped, restarted by itself (systemd or its watchdog) or was
+    started anew in between did not hold, even if it answers again by now.
+    """
+    if not ready or not after:
+        return ""
+    if not after.get("active"):
+        return "the unit is %s after the smoke bench (it ran when the bench began)" % (
+            after.get("active_state") or "not running")
+    if after.get("restarts", 0) > ready.get("restarts", 0):
+        return "the unit restarted %d time(s) during the smoke bench%s" % (
+            after["restarts"] - ready.get("restarts", 0),
+            (" (last failure: %s)" % after["last_failure_class"]) if after.get("last_failure_class") else "")
+    if after.get("watchdog_restarts", 0) > ready.get("watchdog_restarts", 0):
+        return "the wedge watchdog restarted the unit during the smoke bench"
+    if ready.get("invocation_id") and after.get("invocation_id") and \
+            ready["invocation_id"] != after["invocation_id"]:
+        return "the unit was started anew during the smoke bench"
+    return ""
+
+
+def _unit_cell(rec):
+    """The summary's unit column: the unit's own view after this node's turn."""
+    unit = rec.get("unit")
+    if not isinstance(unit, dict):
+        return "-"
+    parts = [unit.get("active_state") or "-"]
+    if unit.get("ready") is not None:
+        parts[0] += ", tokens" if unit["ready"] else ", no tokens"
+    parts.append("%d restart%s" % (unit.get("restarts") or 0, "" if unit.get("restarts") == 1 else "s"))
+    if unit.get("start_limit_hit"):
+        parts.append("crash-loop brake hit")
+    if unit.get("last_failure_class"):
+        parts.append("last failure %s" % unit["last_failure_class"])
+    if unit.get("watchdog_restarts"):
+        parts.append("watchdog restarts %d" % unit["watchdog_restarts"])
+    if unit.get("watchdog_gave_up"):
+        parts.append("watchdog gave up")
+    before = rec.get("unit_before")
+    if isinstance(before, dict) and (before.get("start_limit_hit") or before.get("watchdog_gave_up")):
+        parts.append("before: %s" % ("crash-loop brake hit" if before.get("start_limit_hit") else "watchdog gave up"))
+    return ", ".join(parts)
+
+
 def _md_escape(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -568,15 +648,16 @@ def rollout_summary_markdown(summary):
     if run.get("started"):
         out.append("- started %s, finished %s" % (run.get("started"), run.get("finished") or "-"))
     out += ["", "Smoke figures: per-request decode tok/s / aggregate output tok/s per concurrency level.", "",
-            "| node | outcome | old setting | new setting | serving | smoke | note |",
-            "|---|---|---|---|---|---|---|"]
+            "| node | outcome | old setting | new setting | serving | unit | smoke | note |",
+            "|---|---|---|---|---|---|---|---|"]
     for rec in summary.get("nodes") or []:
         note = rec.get("failure_class") or ""
         if rec.get("reason"):
             note = (note + ": " if note else "") + rec["reason"]
-        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
             _md_escape(rec.get("host")), rec.get("outcome"), _md_escape(setting_label(rec.get("old"))),
-            _md_escape(setting_label(rec.get("new"))), rec.get("serving") or "-", _smoke_cell(rec),
+            _md_escape(setting_label(rec.get("new"))), rec.get("serving") or "-", _md_escape(_unit_cell(rec)),
+            _smoke_cell(rec),
             _md_escape(note)[:200]))
     failed = [r for r in summary.get("nodes") or [] if r.get("journal_tail")]
     if failed:
@@ -608,5 +689,7 @@ class FilterModule(object):
             "rollout_summary_markdown": rollout_summary_markdown,
             "rollout_summary_json": rollout_summary_json,
             "rollout_setting_label": setting_label,
+            "rollout_unit_state": rollout_unit_state,
+            "rollout_unit_steady": rollout_unit_steady,
             "rollout_kind": rollout_kind,
         }

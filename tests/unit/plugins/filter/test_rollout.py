@@ -273,8 +273,8 @@ def test_summary_rows_in_inventory_order_with_missing_hosts():
     assert s["counts"] == {"updated": 1, "rolled_back": 1, "in_progress": 1, "skipped": 1}
     md = f.rollout_summary_markdown(s)
     assert md.startswith("# SGLang rollout 20261202T150000Z\n")
-    assert "| n1 | updated | - | - | new | C1 277/270 · C8 190/1400 ✓ |  |" in md
-    assert "| n2 | rolled_back | steps=3 topk=1 draft=4 | steps=4 topk=1 draft=5 | old | - | oom_kv_cache: server did not start |" in md
+    assert "| n1 | updated | - | - | new | - | C1 277/270 · C8 190/1400 ✓ |  |" in md
+    assert "| n2 | rolled_back | steps=3 topk=1 draft=4 | steps=4 topk=1 draft=5 | old | - | - | oom_kv_cache: server did not start |" in md
     assert "RuntimeError: Not enough memory" in md
     assert "1 of 4 nodes failed, 0 allowed" in md and "status: **stopped_by_failure_budget**" in md
     back = json.loads(f.rollout_summary_json(s))
@@ -328,3 +328,52 @@ def test_tuned_setting_carries_the_tuning_time_scale_to_the_smoke():
     tuned = f.rollout_tuned_setting([as_item(d)])
     assert tuned["time_scale"] == 0.5
     assert f.rollout_requested(tuned=tuned)["tuned_from"]["time_scale"] == 0.5
+
+
+def _node_info(active="active", restarts=0, invocation="inv-1", status=None, watchdog=None, result="success"):
+    """A sglang_node_info result built with the module's own serving_state."""
+    from ansible_collections.blackwell.sglang.plugins.modules import sglang_node_info as ni
+    unit = {"installed": True, "active_state": active, "n_restarts": restarts, "invocation_id": invocation,
+            "result": result}
+    return {"unit": unit, "serving": ni.serving_state(unit, status, watchdog)}
+
+
+def test_unit_state_reads_the_units_own_record():
+    st = f.rollout_unit_state(_node_info(
+        restarts=2, status={"last_failure": {"class": "oom_weights", "line": "ValueError: Loaded weights leave no GPU memory",
+                                             "time": "2026-12-03T10:00:00Z"}, "consecutive_failures": 0},
+        watchdog={"invocation_id": "inv-1", "ready": True, "restarts_total": 1, "gave_up": False}))
+    assert st["active"] and st["ready"] is True and st["restarts"] == 2
+    assert st["last_failure_class"] == "oom_weights" and st["watchdog_restarts"] == 1 and not st["watchdog_gave_up"]
+    braked = f.rollout_unit_state(_node_info(active="failed", result="start-limit-hit"))
+    assert not braked["active"] and braked["start_limit_hit"] and braked["ready"] is False
+    assert f.rollout_unit_state(None) is None
+    assert f.rollout_unit_state({"failed": True, "msg": "cannot parse record"}) is None
+
+
+@pytest.mark.parametrize("after,expect", [
+    (dict(), ""),
+    (dict(active="failed"), "is failed after the smoke bench"),
+    (dict(restarts=1, status={"last_failure": {"class": "oom_kv_cache"}}), "restarted 1 time(s) during the smoke bench (last failure: oom_kv_cache)"),
+    (dict(watchdog={"restarts_total": 1}), "wedge watchdog restarted the unit"),
+    (dict(invocation="inv-2"), "started anew during the smoke bench"),
+])
+def test_unit_steady_names_what_broke(after, expect):
+    ready = f.rollout_unit_state(_node_info())
+    reason = f.rollout_unit_steady(ready, f.rollout_unit_state(_node_info(**after)))
+    assert (expect in reason) if expect else reason == ""
+
+
+def test_unit_steady_without_a_reading_says_nothing():
+    assert f.rollout_unit_steady(None, f.rollout_unit_state(_node_info(active="failed"))) == ""
+    assert f.rollout_unit_steady(f.rollout_unit_state(_node_info()), None) == ""
+
+
+def test_summary_shows_the_units_own_view():
+    unit = f.rollout_unit_state(_node_info(restarts=1, status={"last_failure": {"class": "oom_weights"}},
+                                           watchdog={"invocation_id": "inv-1", "ready": True, "restarts_total": 2}))
+    before = f.rollout_unit_state(_node_info(active="failed", result="start-limit-hit"))
+    recs = [{"host": "n1", "outcome": "updated", "serving": "new", "unit": unit, "unit_before": before}]
+    md = f.rollout_summary_markdown(f.rollout_summary(recs, ["n1"]))
+    assert ("| new | active, tokens, 1 restart, last failure oom_weights, watchdog restarts 2, "
+            "before: crash-loop brake hit |") in md
