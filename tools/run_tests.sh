@@ -66,11 +66,55 @@ run_check() {  # name, log, command...: a stage that is one check
 [[ " $stages " == *" sanity "* ]] && run_check "ansible-test sanity" "$logs/sanity.log" bash tools/sanity.sh
 
 # --- molecule ---------------------------------------------------------------------------
+# Scenarios run in MOLECULE_LANES parallel lanes (default 3), each lane one after another with
+# its own node container name (SGLANG_NODE_NAME), so two lanes never touch the same container.
+# Most of a scenario's time is the simulated server's waits, not CPU, so lanes overlap well on
+# two cores. Longest scenarios first (seconds measured on a 2-core machine), spread greedily.
+declare -A scenario_weight=([rollout]=450 [tune]=450 [resume]=440 [realpkg]=600 [production]=420
+                            [service]=260 [sequences]=300 [default]=240)
+lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
+  local lane=$1; shift
+  local sc s
+  for sc in "$@"; do
+    s=$(date +%s)
+    note "molecule $sc (lane $lane)"
+    if SGLANG_NODE_NAME="sglang-node-l$lane" molecule test -s "$sc" >"$logs/molecule-$sc.log" 2>&1; then
+      echo "ok $sc $(( $(date +%s) - s ))" >>"$logs/lane-$lane.results"
+    else
+      echo "FAILED $sc $(( $(date +%s) - s ))" >>"$logs/lane-$lane.results"
+      note "FAILED: molecule $sc (lane $lane)"
+    fi
+  done
+}
 if [[ " $stages " == *" molecule "* ]]; then
   scenarios=${SCENARIOS:-$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -rn1 basename | sort)}
-  for sc in $scenarios; do
-    run_check "molecule $sc" "$logs/molecule-$sc.log" molecule test -s "$sc"
+  lanes=${MOLECULE_LANES:-3}
+  declare -a lane_list=() lane_load=()
+  for ((i = 0; i < lanes; i++)); do lane_list[i]=""; lane_load[i]=0; done
+  for sc in $(for sc in $scenarios; do echo "${scenario_weight[$sc]:-300} $sc"; done | sort -rn | awk '{print $2}'); do
+    best=0
+    for ((i = 1; i < lanes; i++)); do (( lane_load[i] < lane_load[best] )) && best=$i; done
+    lane_list[best]+=" $sc"; lane_load[best]=$(( lane_load[best] + ${scenario_weight[$sc]:-300} ))
   done
+  s=$(date +%s)
+  pids=()
+  for ((i = 0; i < lanes; i++)); do
+    [[ -n ${lane_list[i]} ]] || continue
+    note "lane $i:${lane_list[i]}"
+    # shellcheck disable=SC2086  # the lane's scenario names are words
+    lane_run "$i" ${lane_list[i]} &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for sc in $scenarios; do
+    line=$(cat "$logs"/lane-*.results 2>/dev/null | awk -v sc="$sc" '$2 == sc' | tail -n 1)
+    if [[ $line == ok* ]]; then
+      passed=$((passed + 1)); report+=("molecule $sc ok (${line##* }s)")
+    else
+      failed=$((failed + 1)); report+=("molecule $sc FAILED"); stage_fail "molecule $sc" "$logs/molecule-$sc.log"
+    fi
+  done
+  report+=("molecule: ${lanes} lanes, $(( $(date +%s) - s ))s wall")
 fi
 
 dt=$(( $(date +%s) - t0 ))

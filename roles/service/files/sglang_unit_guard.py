@@ -141,14 +141,22 @@ def next_status(prev, service_result, exit_code, exit_status, lines, restarts, n
     }
     if failed:
         cls, line = journal.classify(lines)
+        hint = journal.hint(cls)
         if cls == "unknown":
             for text in reversed(lines):
                 if text.startswith("sglang-clean-start:"):
                     line = text
                     break
+        if cls == "unknown" and service_result == "signal" and not line:
+            # Nothing of SGLang's own in the journal: something outside ended it (a kill -9, the
+            # kernel's OOM killer), which only the kernel log or whoever sent it can tell.
+            cls = "killed"
+            line = "the main process was killed by signal %s" % (exit_status or "?")
+            hint = ("SGLang wrote no error of its own: look for the kernel's OOM killer "
+                    "(journalctl -k | grep -i 'killed process') or whoever sent the signal.")
         status["last_failure"] = {"class": cls, "line": line, "time": now,
                                   "service_result": service_result, "exit_status": exit_status,
-                                  "hint": journal.hint(cls)}
+                                  "hint": hint}
         # A run that served and then crashed starts a new series, and so does a run started by
         # hand or by a play (systemd counts NRestarts from the last such start).
         series = 0 if (ready or not restarts) else int(prev.get("consecutive_failures") or 0)

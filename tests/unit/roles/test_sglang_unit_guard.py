@@ -90,7 +90,10 @@ def test_next_status_counts_failed_starts_and_classifies():
     # A run that served and then crashed starts a new series.
     s3 = guard.next_status(s2, "signal", "killed", "KILL", [READY], 2, "t3")
     assert s3["consecutive_failures"] == 1 and s3["ready_seen"]
-    assert s3["last_failure"]["class"] == "unknown"
+    # Killed from outside with no error of SGLang's own: named as such, with where to look.
+    assert s3["last_failure"]["class"] == "killed"
+    assert s3["last_failure"]["line"] == "the main process was killed by signal KILL"
+    assert "OOM killer" in s3["last_failure"]["hint"]
     # A clean stop is no failure and keeps the last failure for the record.
     s4 = guard.next_status(s3, "success", "exited", "0", [READY], 2, "t4")
     assert not s4["failed"] and s4["consecutive_failures"] == 0
@@ -104,6 +107,13 @@ def test_next_status_quotes_the_clean_start_when_sglang_said_nothing():
     line = "sglang-clean-start: GPU memory of sglang-qwen.service's leftovers still held after 60s: 7"
     s = guard.next_status(None, "exit-code", "exited", "1", [line], 0, "t")
     assert s["last_failure"]["line"] == line
+
+
+def test_next_status_keeps_sglangs_own_line_over_the_signal():
+    s = guard.next_status(None, "signal", "killed", "ABRT", ["x", OOM], 0, "t")
+    assert s["last_failure"]["class"] == "oom_weights" and s["last_failure"]["line"] == OOM
+    s = guard.next_status(None, "exit-code", "exited", "1", ["x"], 0, "t")
+    assert s["last_failure"]["class"] == "unknown"
 
 
 @pytest.mark.parametrize("active,ready,health,tokens,history,want", [
