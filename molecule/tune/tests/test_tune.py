@@ -66,9 +66,10 @@ def test_results_tell_the_whole_story(host):
         if att["status"] == "ok":
             assert set(att["metrics"]) == {"1", "4"}
             assert att["metrics"]["1"]["completed"] >= 10 and att["metrics"]["1"]["failed"] == 0
-    # the simulator's calibrated figures at C=1 (operator: 234, 277, 282), within noise
+    # the simulator's calibrated figures at C=1 (operator: 234, 277, 282), within noise; a loaded
+    # test machine (parallel scenarios on two cores) lowers them up to ~10 %, never raises them
     c1 = dict((a["key"], a["metrics"]["1"]["decode_tps_per_request"]["mean"]) for a in attempts[:3])
-    assert 210 < c1["s3-k1-d4"] < 255 and 250 < c1["s4-k1-d5"] < 300 and 250 < c1["s5-k1-d6"] < 300
+    assert 200 < c1["s3-k1-d4"] < 255 and 240 < c1["s4-k1-d5"] < 300 and 240 < c1["s5-k1-d6"] < 300
     assert doc["winner"]["key"] == "s4-k1-d5" and doc["winner"]["score"]["level"] == 1
     assert doc["stats"]["launches"] == len(attempts)
     assert doc["stats"]["failed_launches"] == sum(1 for a in attempts if a["status"] == "failed")

@@ -139,6 +139,15 @@ def next_status(prev, service_result, exit_code, exit_status, lines, restarts, n
         "consecutive_failures": 0,
         "last_failure": prev.get("last_failure"),
     }
+    own = [text for text in lines if text.strip()]
+    if failed and own and all(text.startswith("sglang-clean-start:") for text in own) \
+            and "backing off" in own[-1]:
+        # Stopped while the clean start was backing off: SGLang never ran, so this is no new
+        # failure - the series and the failure that caused the back-off stay as they were.
+        status["failed"] = False
+        status["interrupted_backoff"] = True
+        status["consecutive_failures"] = int(prev.get("consecutive_failures") or 0)
+        return status
     if failed:
         cls, line = journal.classify(lines)
         hint = journal.hint(cls)
@@ -384,7 +393,10 @@ def cmd_record_exit(args):
                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     status["unit"] = args.unit
     write_json(path, status)
-    if status["failed"]:
+    if status.get("interrupted_backoff"):
+        _say("sglang-record-exit: %s stopped while the clean start was backing off; no new failure"
+             " (%d failed start(s) in a row so far)" % (args.unit, status["consecutive_failures"]))
+    elif status["failed"]:
         failure = status["last_failure"]
         _say("sglang-record-exit: %s ended (%s, %s=%s), failure class %s%s; %d failed start(s) in a row"
              % (args.unit, result, env.get("EXIT_CODE", ""), env.get("EXIT_STATUS", ""),

@@ -109,6 +109,18 @@ def test_next_status_quotes_the_clean_start_when_sglang_said_nothing():
     assert s["last_failure"]["line"] == line
 
 
+def test_next_status_a_stop_during_the_back_off_is_no_new_failure():
+    s1 = guard.next_status(None, "exit-code", "exited", "1", ["x", OOM], 0, "t1")
+    wait = "sglang-clean-start: 1 failed start(s) in a row (last: oom_weights): backing off 2s"
+    s2 = guard.next_status(s1, "signal", "killed", "TERM", [wait], 1, "t2")
+    assert not s2["failed"] and s2["interrupted_backoff"]
+    assert s2["last_failure"] == s1["last_failure"] and s2["consecutive_failures"] == 1
+    # the clean start itself failing (memory still held) is a failure, quoted
+    held = "sglang-clean-start: GPU memory of sglang-qwen.service's leftovers still held after 60s: 7"
+    s3 = guard.next_status(s1, "exit-code", "exited", "1", [wait, held], 1, "t3")
+    assert s3["failed"] and s3["last_failure"]["line"] == held
+
+
 def test_next_status_keeps_sglangs_own_line_over_the_signal():
     s = guard.next_status(None, "signal", "killed", "ABRT", ["x", OOM], 0, "t")
     assert s["last_failure"]["class"] == "oom_weights" and s["last_failure"]["line"] == OOM
