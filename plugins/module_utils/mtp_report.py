@@ -378,6 +378,15 @@ def render_summary(doc):
     out.append("- Server launches: %s (%s failed) over %s candidates; wall time %s (starting %s, benchmarking %s)" % (
         stats.get("launches", "-"), stats.get("failed_launches", "-"), stats.get("candidates", "-"),
         _duration(stats.get("wall_s")), _duration(stats.get("launch_s")), _duration(stats.get("bench_s"))))
+    # An adaptive search (or a launch budget) leaves candidates out: the winner is then the best of
+    # what was measured, and the reader should see what that was not.
+    cands = s.get("candidates")
+    if isinstance(cands, list) and cands:
+        tried = set(attempt_key(a) for a in doc.get("attempts") or [])
+        left = [str(k) for k in cands if str(k) not in tried]
+        if left:
+            out.append("- Not launched: %s (%d of %d candidates); the winner is the best of those measured" % (
+                ", ".join(left), len(left), len(cands)))
     out.append("- Updated: %s" % doc.get("updated", "-"))
     out += _run_state_lines(doc)
     if winner.get("key"):

@@ -24,6 +24,7 @@ from __future__ import print_function
 
 import argparse
 import importlib.util
+import itertools
 import math
 import os
 import random
@@ -160,6 +161,42 @@ def load_baseline(ref):
     return mod
 
 
+# --------------------------------------------------------------------------- the floor
+
+def floor_launches(values, required, band):
+    """The fewest launches any search of this family needs on one landscape, with hindsight.
+
+    ``values``: the true figure per candidate, cheapest first; ``required``: indexes every search
+    of the family launches whatever the landscape (the seed, the ends it probes).  A set of
+    launches qualifies when its best measured candidate is within ``band`` of the true best and
+    both its neighbours in the list are measured (a measured local optimum).  The smallest such
+    set is what a search that knew the landscape in advance would launch: no search that keeps
+    those rules can average fewer launches than these floors.
+    """
+    n = len(values)
+    best = max(values)
+    for size in range(max(1, len(required)), n + 1):
+        for subset in itertools.combinations(range(n), size):
+            chosen = set(subset)
+            if not set(required) <= chosen:
+                continue
+            top = max(chosen, key=lambda i: values[i])
+            if values[top] >= best * (1.0 - band) and all(j in chosen for j in (top - 1, top + 1) if 0 <= j < n):
+                return size
+    return n
+
+
+def required_launches(probe_ends, seed=3):
+    """Indexes into STEPS that the adaptive search launches on every landscape: the seed and the ends."""
+    seed_idx = min(range(len(STEPS)), key=lambda i: (abs(STEPS[i] - seed), STEPS[i]))
+    out = {seed_idx}
+    if probe_ends in ("both", "high"):
+        out.add(len(STEPS) - 1)
+    if probe_ends in ("both", "low"):
+        out.add(0)
+    return out
+
+
 # --------------------------------------------------------------------------- search benchmark
 
 def bench_search(args):
@@ -179,10 +216,13 @@ def bench_search(args):
           "%d tunes each, judged where the best leads by >= %.1f %%" % (
               band0 * 100, args.cv * 100, noisy_noise, band_n * 100, args.tunes, 2 * band_n * 100))
     summary = {}
+    keys = [c["key"] for c in NEW.mtp_tune_candidates(STEPS)]
+    required = required_launches(args.probe_ends)
+    floors = [floor_launches([truth(land)[k] for k in keys], required, band0) for land in lands]
     for label, mod, kw in algos:
         print("\n== %s%s" % (label, " (probe_ends=%s)" % kw["probe_ends"] if kw else ""))
-        print("%-42s %8s %9s %8s %7s %12s %11s %10s"
-              % ("landscape", "launches", "regret%", "sweep", "lead%", "noisy best", "in band", "noisy l."))
+        print("%-42s %8s %6s %9s %8s %7s %12s %11s %10s"
+              % ("landscape", "launches", "floor", "regret%", "sweep", "lead%", "noisy best", "in band", "noisy l."))
         tot_l = tot_s = fail_nf = judged = judged_ok = tot_in = tot_tunes = 0
         for li, land in enumerate(lands):
             vals = truth(land)
@@ -210,8 +250,8 @@ def bench_search(args):
                 judged_ok += wins >= int(math.ceil(0.9 * args.tunes))
             tot_in += inband
             tot_tunes += args.tunes
-            print("%-42s %8d %8.1f%s %8s %7.1f %9d/%-2d%s %8d/%-2d %10.1f" % (
-                land["name"][:42], len(atts), regret * 100, "!" if fail else " ", sw_key.split("-")[0],
+            print("%-42s %8d %6d %8.1f%s %8s %7.1f %9d/%-2d%s %8d/%-2d %10.1f" % (
+                land["name"][:42], len(atts), floors[li], regret * 100, "!" if fail else " ", sw_key.split("-")[0],
                 lead * 100, wins, args.tunes, "*" if is_judged else " ", inband, args.tunes,
                 sum(launches) / float(len(launches))))
         summary[label] = (tot_l, tot_s, fail_nf, judged, judged_ok)
@@ -220,6 +260,15 @@ def bench_search(args):
                   label, 100.0 * tot_l / tot_s, fail_nf, len(lands), int(math.ceil(0.9 * args.tunes)), args.tunes,
                   judged_ok, judged))
         print("   noisy winners within the band of the true best: %d/%d tunes" % (tot_in, tot_tunes))
+    print("\nFloor (hindsight): the fewest launches of any search that launches the seed (steps 3)%s and ends on a "
+          "measured local optimum within the band of the true best: %d = %.1f %% of the sweep (column 'floor')" % (
+              {"high": " and the dearest end", "low": " and the cheapest end", "both": " and both ends"}.get(
+                  args.probe_ends, ""), sum(floors), 100.0 * sum(floors) / (len(STEPS) * len(lands))))
+    for what, req in (("the seed alone", required_launches("none")),
+                      ("the dearest end alone", {len(STEPS) - 1}),
+                      ("neither (any start)", set())):
+        fl = sum(floor_launches([truth(land)[k] for k in keys], req, band0) for land in lands)
+        print("   the same, launching %s first: %d = %.1f %%" % (what, fl, 100.0 * fl / (len(STEPS) * len(lands))))
     return summary
 
 

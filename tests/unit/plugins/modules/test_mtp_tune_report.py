@@ -99,6 +99,20 @@ def test_summary_is_the_operators_table_with_the_winner_marked():
     assert md.count("(winner)") == 1
 
 
+def test_summary_lists_the_candidates_never_launched():
+    d = doc()
+    d["settings"]["strategy"] = "adaptive"
+    d["settings"]["candidates"] = ["s1-k1-d2", "s3-k1-d4", "s4-k1-d5", "s5-k1-d6", "s10-k1-d11"]
+    md = R.render_summary(R.finalize(d))
+    assert "- Not launched: s1-k1-d2, s5-k1-d6 (2 of 5 candidates); the winner is the best of those measured" in md
+    # every candidate launched (a failed launch counts): no such line
+    d["settings"]["candidates"] = ["s3-k1-d4", "s4-k1-d5", "s10-k1-d11"]
+    assert "Not launched" not in R.render_summary(R.finalize(d))
+    # a results file written before the candidate list was recorded renders as before
+    d["settings"].pop("candidates")
+    assert "Not launched" not in R.render_summary(R.finalize(d))
+
+
 def test_summary_shows_margin_interval_and_what_was_capped():
     d = doc()
     d["winner"].update(margin=-0.018, band=0.021, interval=[272.8, 281.2], runner_up="s5-k1-d6")
