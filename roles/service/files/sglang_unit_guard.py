@@ -49,6 +49,8 @@ import procs  # noqa: E402  pylint: disable=wrong-import-position
 TITLE_PREFIX = "sglang::"
 STATUS_FILE = "status.json"
 WATCHDOG_FILE = "watchdog.json"
+# Exit status of a clean start that refuses systemd's restart (crash-loop brake).
+BRAKE_EXIT = 75
 
 
 # ----------------------------------------------------------------------------- pure decisions
@@ -141,11 +143,12 @@ def next_status(prev, service_result, exit_code, exit_status, lines, restarts, n
     }
     own = [text for text in lines if text.strip()]
     if failed and own and all(text.startswith("sglang-clean-start:") for text in own) \
-            and "backing off" in own[-1]:
-        # Stopped while the clean start was backing off: SGLang never ran, so this is no new
-        # failure - the series and the failure that caused the back-off stay as they were.
+            and ("backing off" in own[-1] or "crash-loop brake" in own[-1]):
+        # Stopped while the clean start was backing off, or refused by the brake: SGLang never
+        # ran, so this is no new failure - the series and its last failure stay as they were.
         status["failed"] = False
-        status["interrupted_backoff"] = True
+        status["interrupted_backoff"] = "backing off" in own[-1]
+        status["braked"] = "crash-loop brake" in own[-1]
         status["consecutive_failures"] = int(prev.get("consecutive_failures") or 0)
         return status
     if failed:
@@ -358,6 +361,16 @@ def _backoff(args):
     if not restarts:
         return 0
     status = _load_json(os.path.join(args.state_dir, STATUS_FILE))
+    failures = int(status.get("consecutive_failures") or 0)
+    if args.max_failures and failures >= args.max_failures:
+        # systemd's start limit counts starts within a window, which a slow failure (minutes of
+        # weight loading before the OOM) never fills; this counts failed starts in a row. The
+        # quick refusals that follow fill the start limit, and the unit stays failed.
+        last = status.get("last_failure") or {}
+        _say("sglang-clean-start: crash-loop brake: %d failed start(s) in a row (last: %s%s); not "
+             "starting again until started by hand or by a play" % (
+                 failures, last.get("class"), ": %s" % last["line"] if last.get("line") else ""))
+        return BRAKE_EXIT
     delay = backoff_delay(int(status.get("consecutive_failures") or 0), args.backoff_base,
                           args.backoff_max)
     if delay:
@@ -393,7 +406,9 @@ def cmd_record_exit(args):
                          time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     status["unit"] = args.unit
     write_json(path, status)
-    if status.get("interrupted_backoff"):
+    if status.get("braked"):
+        pass  # the clean start said it in the journal
+    elif status.get("interrupted_backoff"):
         _say("sglang-record-exit: %s stopped while the clean start was backing off; no new failure"
              " (%d failed start(s) in a row so far)" % (args.unit, status["consecutive_failures"]))
     elif status["failed"]:
@@ -511,6 +526,8 @@ def main(argv=None):
             p.add_argument("--nvidia-smi", default="nvidia-smi")
             p.add_argument("--backoff-base", type=float, default=0.0)
             p.add_argument("--backoff-max", type=float, default=0.0)
+            p.add_argument("--max-failures", type=int, default=0,
+                           help="refuse systemd's restarts after this many failed starts in a row (0 = off)")
             p.add_argument("--title-prefix", default=TITLE_PREFIX,
                            help="process titles taken as SGLang's")
             p.add_argument("--no-clean", action="store_true",

@@ -73,6 +73,32 @@ def test_backoff_doubles_up_to_the_cap(n, want):
     assert guard.backoff_delay(n, 10, 120) == want
 
 
+def test_brake_refuses_systemds_restart_after_failed_starts_in_a_row(monkeypatch, tmp_path, capsys):
+    import argparse
+    import json as _json
+    (tmp_path / "status.json").write_text(_json.dumps(
+        {"consecutive_failures": 3, "last_failure": {"class": "oom_weights", "line": OOM}}))
+    monkeypatch.setattr(guard, "_systemctl_show", lambda unit, props: {"NRestarts": "3"})
+    monkeypatch.setattr(guard.time, "sleep", lambda s: None)
+    args = argparse.Namespace(unit="sglang-qwen.service", state_dir=str(tmp_path), backoff_base=2,
+                              backoff_max=4, max_failures=3)
+    assert guard._backoff(args) == guard.BRAKE_EXIT
+    said = capsys.readouterr()
+    assert "crash-loop brake: 3 failed start(s) in a row (last: oom_weights" in said.out + said.err
+    # below the limit it backs off and starts; a start by hand (NRestarts 0) always starts
+    args.max_failures = 4
+    assert guard._backoff(args) == 0
+    args.max_failures = 3
+    monkeypatch.setattr(guard, "_systemctl_show", lambda unit, props: {"NRestarts": "0"})
+    assert guard._backoff(args) == 0
+    # the refused run is no new failure on record
+    brake = "sglang-clean-start: crash-loop brake: 3 failed start(s) in a row (last: oom_weights)"
+    prev = {"consecutive_failures": 3, "last_failure": {"class": "oom_weights", "line": OOM}}
+    s = guard.next_status(prev, "exit-code", "exited", "75", [brake], 4, "t")
+    assert not s["failed"] and s["braked"] and s["consecutive_failures"] == 3
+    assert s["last_failure"]["class"] == "oom_weights"
+
+
 def test_backoff_off():
     assert guard.backoff_delay(9, 10, 0) == 0 and guard.backoff_delay(9, 0, 60) == 0
 
