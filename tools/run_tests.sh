@@ -67,7 +67,8 @@ run_check() {  # name, log, command...: a stage that is one check
 
 # --- molecule ---------------------------------------------------------------------------
 # Scenarios run in MOLECULE_LANES parallel lanes (default 3), each lane one after another with
-# its own node container name (SGLANG_NODE_NAME), so two lanes never touch the same container.
+# its own node container name (SGLANG_NODE_NAME; MOLECULE_NODE_PREFIX for a second suite run
+# beside the first), so two lanes never touch the same container.
 # Most of a scenario's time is the simulated server's waits, not CPU, so lanes overlap well on
 # two cores. Longest scenarios first (seconds measured on a 2-core machine), spread greedily.
 declare -A scenario_weight=([rollout]=450 [tune]=450 [resume]=440 [realpkg]=600 [production]=420
@@ -78,7 +79,7 @@ lane_run() {  # lane number, scenarios...: one lane; one result line per scenari
   for sc in "$@"; do
     s=$(date +%s)
     note "molecule $sc (lane $lane)"
-    if SGLANG_NODE_NAME="sglang-node-l$lane" molecule test -s "$sc" >"$logs/molecule-$sc.log" 2>&1; then
+    if SGLANG_NODE_NAME="${MOLECULE_NODE_PREFIX:-sglang-node-l}$lane" molecule test -s "$sc" >"$logs/molecule-$sc.log" 2>&1; then
       echo "ok $sc $(( $(date +%s) - s ))" >>"$logs/lane-$lane.results"
     else
       echo "FAILED $sc $(( $(date +%s) - s ))" >>"$logs/lane-$lane.results"
