@@ -195,7 +195,10 @@ serving:
           no check of this start is recorded yet.
       type: bool
     last_failure:
-      description: Class (as sglang_service_wait classifies, or V(killed) when a signal ended it with no error of SGLang's own), journal line, time and hint of the last run that ended on its own; V(null) if none.
+      description:
+        - Class (as sglang_service_wait classifies, or V(killed) when a signal ended it with no
+          error of SGLang's own), journal line, time and hint of the last run that ended on its
+          own; V(null) if none.
       type: dict
       sample: {class: oom_weights, line: "ValueError: Loaded weights leave no GPU memory ...", time: "2026-05-01T10:00:00Z"}
     consecutive_failures:
