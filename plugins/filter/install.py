@@ -175,13 +175,23 @@ def sglang_install_cuda_environment(site_packages, recipe, venv, cuda_home=""):
     }
 
 
-def sglang_install_compiler_problems(nvcc_version, recipe, release, cuda_home="", jit_cache=False):
+def sglang_install_compiler_problems(nvcc_version, recipe, release, cuda_home="", jit_cache=False,
+                                     host_compiler=None):
     """Refusals when FlashInfer could not build its kernels: ``nvcc_version`` is the output of
     ``$CUDA_HOME/bin/nvcc --version`` (empty when it did not run). A compiler of the recipe's CUDA
-    major version, or the precompiled JIT cache (``jit_cache`` true), is enough."""
+    major version, or the precompiled JIT cache (``jit_cache`` true), is enough. ``host_compiler``:
+    the path of ``c++`` (FlashInfer's default ``CXX``, also nvcc's host compiler), empty when there
+    is none; None = not checked."""
     recipe = recipe or {}
     if jit_cache:
         return []
+    if host_compiler is not None and not str(host_compiler).strip():
+        return ["FlashInfer compiles its kernels at first use with nvcc and the host C++ compiler "
+                "(c++), and this node has no c++: install one (Debian/Ubuntu: apt install g++), or "
+                "install the precompiled FlashInfer JIT cache (sglang_install_flashinfer_jit_cache=true "
+                "with an index or wheelhouse that has %s), or set "
+                "sglang_install_host_compiler_check=false if the unit's CXX names one."
+                % (recipe.get("flashinfer_jit_cache") or "flashinfer-jit-cache")]
     cuda = recipe.get("cuda")
     match = re.search(r"release (\d+)\.(\d+)", str(nvcc_version or ""))
     fix = ("set sglang_install_cuda_home to a CUDA %s toolkit, or install the precompiled FlashInfer "

@@ -183,3 +183,10 @@ def test_a_compiler_of_another_cuda_major_is_refused():
 
 def test_the_precompiled_jit_cache_needs_no_compiler():
     assert sglang_install_compiler_problems("", NEW, "0.5.23", "", True) == []
+
+
+def test_no_host_compiler_is_refused_naming_the_package_and_the_cache():
+    (line,) = sglang_install_compiler_problems(NVCC_13, NEW, "0.5.23", "/sp/nvidia/cu13", False, "")
+    assert "no c++" in line and "apt install g++" in line and "flashinfer-jit-cache==0.7.2" in line
+    assert sglang_install_compiler_problems(NVCC_13, NEW, "0.5.23", "/sp", False, "/usr/bin/c++") == []
+    assert sglang_install_compiler_problems("", NEW, "0.5.23", "/sp", True, "") == []
