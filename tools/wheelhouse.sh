@@ -43,7 +43,9 @@ if [[ -z $python ]] || [[ $("$python" -c 'import sys; print("%d.%d" % sys.versio
 fi
 
 # The recipe's packages, from the role's defaults (one per line); PyYAML from the project's venv.
-packages=$("${YAML_PYTHON:-python3}" - "$root/roles/install/defaults/main.yml" "$release" <<'PY'
+yaml_python=${YAML_PYTHON:-python3}
+[[ -z ${YAML_PYTHON:-} && -x $root/.venv/bin/python ]] && yaml_python=$root/.venv/bin/python
+packages=$("$yaml_python" - "$root/roles/install/defaults/main.yml" "$release" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
 try:
