@@ -76,7 +76,7 @@ def pins(recipe):
     """{normalized name: version} of the recipe's == pins."""
     out = {}
     for spec in recipe["packages"]:
-        name, _, version = spec.partition("==")
+        name, version = spec.split("==", 1)
         out[_norm(name)] = version
     return out
 

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Check the installed SGLang from inside a unit's own environment, without starting the unit.
 
-As root: ``unit_env_check.py sglang-qwen.service`` reads the unit's User, Group,
+As root: ``python3 unit_env_check.py sglang-qwen.service`` reads the unit's User, Group,
 WorkingDirectory, Environment= and EnvironmentFile= from systemd and its ExecStart from the unit
 file, then runs itself through ``systemd-run`` with exactly those, under the python of the
 unit's ExecStart. There it imports sglang, sglang.srt.server_args and flashinfer, parses the
@@ -24,7 +23,7 @@ def unit_props(unit):
                          stdout=subprocess.PIPE, universal_newlines=True).stdout
     found = {}
     for line in out.splitlines():
-        key, _, value = line.partition("=")
+        key, value = line.split("=", 1) if "=" in line else (line, "")
         found[key] = value
     return found
 
@@ -48,14 +47,14 @@ def outer(unit):
         cmd += ["--setenv", word]
     for entry in props.get("EnvironmentFiles", "").split("\n"):
         if entry.strip():
-            path, _, flags = entry.strip().partition(" ")
+            path, flags = (entry.strip().split(" ", 1) + [""])[:2]
             cmd += ["-p", "EnvironmentFile=%s%s" % ("-" if "ignore_errors=yes" in flags else "", path)]
     script = "/var/tmp/unit_env_check.py"
     with open(__file__) as src, open(script, "w") as dst:
         dst.write(src.read())
     os.chmod(script, 0o644)
     res = subprocess.run(cmd + ["--", argv[0], script, "--inner", json.dumps(argv)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
     if res.returncode != 0:
         sys.stderr.write(res.stderr[-4000:])
         sys.exit("the check in the unit's environment failed (exit %d)" % res.returncode)
@@ -66,7 +65,7 @@ def inner(argv):
     report = {"uid": os.getuid(), "home": os.environ.get("HOME"), "python": sys.executable,
               "CUDA_HOME": os.environ.get("CUDA_HOME"), "PATH": os.environ.get("PATH")}
     import sglang
-    import sglang.srt.server_args as server_args
+    from sglang.srt import server_args
     import flashinfer
     import torch
     report.update(sglang=sglang.__version__, flashinfer=flashinfer.__version__, torch=torch.__version__,
@@ -83,7 +82,7 @@ def inner(argv):
     cuda_home = cpp_ext.get_cuda_path()
     nvcc = os.path.join(cuda_home, "bin", "nvcc")
     out = subprocess.run([nvcc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         universal_newlines=True)
+                         universal_newlines=True, check=False)
     report.update(flashinfer_cuda_home=cuda_home, nvcc=nvcc, nvcc_rc=out.returncode,
                   nvcc_version=out.stdout.strip().splitlines()[-2:] if out.stdout.strip() else [],
                   flashinfer_cuda_version=str(cpp_ext.get_cuda_version()))
