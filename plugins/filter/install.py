@@ -129,7 +129,7 @@ def sglang_install_problems(facts, recipe, release, settings=None):
                 "Driver %s (R%d) cannot run CUDA %s, which SGLang %s is built for: upgrade the driver "
                 "to R%s or newer." % (driver_version, branch, recipe.get("cuda"), release, recipe.get("driver_min")))
     gpus = facts.get("gpus")
-    if gpus is not None:
+    if gpus is not None and not no_driver:  # without a driver the GPU list says nothing more
         min_gpus = int(settings.get("min_gpus") or 0)
         if len(gpus) < min_gpus:
             problems.append(

@@ -93,7 +93,7 @@ def test_an_r570_driver_cannot_run_the_cuda_13_recipe():
 
 
 def test_no_driver_says_how_to_install_before_the_gpus():
-    found = problems(driver_version=None)
+    found = problems(driver_version=None, gpus=[])
     assert len(found) == 1 and "No NVIDIA driver" in found[0] and "sglang_install_gpu_preflight" in found[0]
     # auto found no recipe for want of a driver: that is the one problem, not a second one.
     assert problems(recipe=None, release="none", driver_version=None) == found
