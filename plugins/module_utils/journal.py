@@ -23,8 +23,9 @@ crash leaves several symptoms in one journal and the *cause* comes first in this
 ``no_gpu``
     the rank found no usable GPU: ``CUDA error: invalid device ordinal`` (tp larger than the
     visible GPUs), ``No CUDA GPUs are available``, no NVIDIA driver, or 0.5.23's own
-    ``nvidia-smi failed`` / ``Failed to get GPU memory capacity from nvidia-smi``
-    (``utils/common.py``).
+    ``No accelerator (CUDA, ...) or platform plugin is available`` (``get_device``, what a node
+    without GPU or driver prints first), ``nvidia-smi not found`` / ``nvidia-smi failed`` /
+    ``Failed to get GPU memory capacity from nvidia-smi`` (``utils/common.py``).
 ``model_missing``
     ``--model-path`` names no local folder and no model in the node's cache: the model config
     load at startup (srt/utils/hf_transformers/config.py ``get_config`` -> transformers
@@ -111,6 +112,11 @@ _RULES = (
         re.compile(r"CUDA error: invalid device ordinal"),
         re.compile(r"No CUDA GPUs are available"),
         re.compile(r"Found no NVIDIA driver on your system"),
+        # srt/utils/common.py get_device, from the argument resolution (serving_hook.py
+        # handle_missing_default_values) when torch sees no CUDA device and no other platform.
+        re.compile(r"No accelerator \([A-Z, ]+\) or platform plugin is available"),
+        # utils/common.py get_nvgpu_memory_capacity, nvidia-smi missing and torch without CUDA.
+        re.compile(r"RuntimeError: nvidia-smi not found\. Ensure NVIDIA drivers are installed"),
         # utils/common.py _cuda_mem_fallback, when torch sees no CUDA either.
         re.compile(r"RuntimeError: nvidia-smi failed \(exit code"),
         re.compile(r"RuntimeError: Failed to get GPU memory capacity from nvidia-smi"),
@@ -168,8 +174,9 @@ HINTS = {
                           "mem_fraction_static to leave capture headroom.",
     "cuda_oom": "CUDA ran out of memory: check that no other process holds the GPUs (gpu_reset), "
                 "then lower mem_fraction_static or use more tensor parallelism.",
-    "no_gpu": "SGLang found fewer usable GPUs than it needs: check the driver (nvidia-smi), "
-              "CUDA_VISIBLE_DEVICES and that tp_size does not exceed the GPU count.",
+    "no_gpu": "SGLang found no usable GPU, or fewer than it needs: check that the NVIDIA driver is "
+              "installed and answers (nvidia-smi; R580+ for CUDA 13), CUDA_VISIBLE_DEVICES, and that "
+              "tp_size does not exceed the GPU count.",
     "bad_args": "SGLang rejected its command line: check the rendered ExecStart against the "
                 "pinned release's flags (extra args, choices, flag names).",
     "port_in_use": "The HTTP port is already taken: stop the other listener or change the port.",

@@ -167,7 +167,9 @@ def test_api_key_reaches_sglang_through_config_not_argv(render, sglang_parser_fo
     key = "super-secret-value"
     text = render(sglang_service_release=version, sglang_service_api_key=key)
     assert key not in text
-    assert "EnvironmentFile" not in text
+    # The only EnvironmentFile is the install role's CUDA_HOME/PATH file, never one with the key.
+    env_files = [line for line in text.splitlines() if line.startswith("EnvironmentFile=")]
+    assert env_files == ["EnvironmentFile=-/etc/blackwell-sglang/cuda.env"], env_files
     argv = exec_argv(text)
     assert key not in " ".join(argv) and "--api-key" not in argv
     # Exactly the word --config: the release merges the file only then ("--config=PATH" would be

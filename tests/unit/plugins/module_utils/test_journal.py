@@ -1,6 +1,8 @@
 """Journal classification on excerpts shaped like real SGLang 0.5.23 crash logs (messages from
 the release's source, reference notes section 4), with journald's short-iso prefixes."""
 
+from pathlib import Path
+
 import pytest
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal
@@ -259,3 +261,30 @@ def test_model_missing_does_not_take_a_memory_failure():
     # A crash that loaded weights has a model: its memory class wins over any later noise.
     assert journal.classify(KV_OOM)[0] == "oom_kv_cache"
     assert journal.classify(lines("Loading safetensors checkpoint shards: 100% Completed"))[0] == "unknown"
+
+
+# Captured from the real sglang 0.5.23 started on a node without GPU or driver
+# (tests/fixtures/sglang-0.5.23-no-gpu/README.md says how), each line as journald stores it.
+REAL_NO_ACCELERATOR = [
+    P + line for line in (Path(__file__).resolve().parents[3] / "fixtures" / "sglang-0.5.23-no-gpu"
+                          / "launch-no-accelerator.log").read_text().splitlines()]
+
+
+def test_real_gpu_less_start_is_no_gpu_with_a_driver_hint():
+    cls, line = journal.classify(REAL_NO_ACCELERATOR)
+    assert cls == "no_gpu"
+    assert line.endswith(
+        "RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available.")
+    assert journal.is_fatal(REAL_NO_ACCELERATOR)
+    assert "driver" in journal.hint(cls) and "nvidia-smi" in journal.hint(cls)
+
+
+def test_real_gpu_less_start_was_unknown_without_its_rule():
+    """The log names no other class: without the get_device rule it would be `unknown`."""
+    rest = [ln for ln in REAL_NO_ACCELERATOR if "No accelerator" not in ln]
+    assert journal.classify(rest) == ("unknown", None)
+
+
+def test_nvidia_smi_missing_is_no_gpu():
+    excerpt = lines("RuntimeError: nvidia-smi not found. Ensure NVIDIA drivers are installed and accessible.")
+    assert journal.classify(excerpt)[0] == "no_gpu"
