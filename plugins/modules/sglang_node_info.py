@@ -208,7 +208,10 @@ serving:
       description: Automatic restarts (C(NRestarts)) since the unit was last started by hand.
       type: int
     start_limit_hit:
-      description: Whether the crash-loop brake stopped the unit (C(Result=start-limit-hit)).
+      description:
+        - Whether the crash-loop brake stopped the unit - C(Result=start-limit-hit), or a failed
+          unit that systemd had been restarting (C(NRestarts) > 0; systemd keeps the last run's
+          C(Result) when its start limit refuses an automatic restart).
       type: bool
     watchdog:
       description:
@@ -305,7 +308,10 @@ def serving_state(unit, status, watchdog):
         "last_failure": status.get("last_failure"),
         "consecutive_failures": int(status.get("consecutive_failures") or 0),
         "restarts": unit.get("n_restarts") or 0,
-        "start_limit_hit": unit.get("result") == "start-limit-hit",
+        # systemd 252 keeps the last run's Result (e.g. signal) when the start limit refuses an
+        # automatic restart; a failed unit that systemd had been restarting was given up on.
+        "start_limit_hit": unit.get("result") == "start-limit-hit" or (
+            unit.get("active_state") == "failed" and int(unit.get("n_restarts") or 0) > 0),
         "watchdog": None if not watchdog else dict(
             (k, watchdog.get(k)) for k in ("last_check", "last_result", "restarts_total",
                                            "gave_up", "gave_up_at", "actions")),

@@ -122,6 +122,21 @@ def test_serving_state_of_a_braked_unit(tmp_path, capsys, monkeypatch):
     assert out["serving"]["last_failure"] is None
 
 
+@pytest.mark.parametrize("active,restarts,result,braked", [
+    # systemd 252 keeps the last run's Result when its start limit refuses an automatic restart
+    ("failed", "3", "signal", True),
+    ("failed", "0", "exit-code", False),    # failed on a start by hand: no restarts given up on
+    ("activating", "2", "signal", False),   # still restarting
+    ("inactive", "2", "success", False),    # stopped by hand or by the watchdog
+])
+def test_start_limit_hit_without_its_result(tmp_path, capsys, monkeypatch, active, restarts, result, braked):
+    show = SHOW.replace("ActiveState=active", "ActiveState=" + active).replace(
+        "NRestarts=0", "NRestarts=" + restarts) + "Result=%s\n" % result
+    out = run_main(capsys, monkeypatch, {"name": "qwen", "config_dir": str(tmp_path),
+                                         "status_root": str(tmp_path / "none")}, show=show)
+    assert out["serving"]["start_limit_hit"] is braked
+
+
 def test_an_unreadable_status_file_is_ignored_with_a_warning(tmp_path, capsys, monkeypatch):
     status = tmp_path / "qwen"
     status.mkdir()
