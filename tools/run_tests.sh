@@ -66,11 +66,12 @@ run_check() {  # name, log, command...: a stage that is one check
 [[ " $stages " == *" sanity "* ]] && run_check "ansible-test sanity" "$logs/sanity.log" bash tools/sanity.sh
 
 # --- molecule ---------------------------------------------------------------------------
-# Scenarios run in MOLECULE_LANES parallel lanes (default 3), each lane one after another with
+# Scenarios run in MOLECULE_LANES parallel lanes (default 2), each lane one after another with
 # its own node container name (SGLANG_NODE_NAME; MOLECULE_NODE_PREFIX for a second suite run
 # beside the first), so two lanes never touch the same container.
-# Most of a scenario's time is the simulated server's waits, not CPU, so lanes overlap well on
-# two cores. Longest scenarios first (seconds measured on a 2-core machine), spread greedily.
+# Most of a scenario's time is the simulated server's waits, not CPU, so two lanes overlap well on
+# two cores; a third loads the simulated servers enough to move the figures the scenarios check.
+# Longest scenarios first (seconds measured on a 2-core machine), spread greedily.
 declare -A scenario_weight=([rollout]=450 [tune]=450 [resume]=440 [realpkg]=600 [production]=420
                             [service]=260 [sequences]=300 [default]=240)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
@@ -89,7 +90,7 @@ lane_run() {  # lane number, scenarios...: one lane; one result line per scenari
 }
 if [[ " $stages " == *" molecule "* ]]; then
   scenarios=${SCENARIOS:-$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -rn1 basename | sort)}
-  lanes=${MOLECULE_LANES:-3}
+  lanes=${MOLECULE_LANES:-2}
   declare -a lane_list=() lane_load=()
   for ((i = 0; i < lanes; i++)); do lane_list[i]=""; lane_load[i]=0; done
   for sc in $(for sc in $scenarios; do echo "${scenario_weight[$sc]:-300} $sc"; done | sort -rn | awk '{print $2}'); do
