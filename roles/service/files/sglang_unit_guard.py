@@ -437,7 +437,7 @@ def read_api_key(path):
 
 def probe_tokens(base_url, key, max_tokens, deadline):
     """(health_ok, tokens): /health's answer, then tokens of one small /generate within
-    ``deadline`` seconds (0 when none arrive)."""
+    ``deadline`` seconds (0 when none arrive; minus the HTTP status when it was refused)."""
     health_ok = False
     try:
         with urllib.request.urlopen(base_url + "/health", timeout=min(deadline, 30)) as resp:
@@ -456,6 +456,10 @@ def probe_tokens(base_url, key, max_tokens, deadline):
             data = json.loads(resp.read().decode("utf-8", "replace"))
         meta = data.get("meta_info") or {}
         tokens = int(meta.get("completion_tokens") or len(data.get("output_ids") or []))
+    except urllib.error.HTTPError as exc:
+        # The server answered: a refusal (a key changed under it, 401) is no wedge, and
+        # restarting it would start it on whatever the unit's files say by now.
+        return health_ok, -exc.code
     except (urllib.error.URLError, OSError, ValueError, TypeError, AttributeError):
         tokens = 0
     return health_ok, tokens
@@ -472,6 +476,12 @@ def cmd_watchdog(args):
     if ready:
         health_ok, tokens = probe_tokens(args.url, read_api_key(args.config), args.tokens,
                                          args.deadline)
+    if ready and tokens < 0:
+        state.update({"unit": args.unit, "last_check": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "last_result": "answered HTTP %d: not a wedge" % -tokens, "ready": False,
+                      "invocation_id": show.get("InvocationID")})
+        write_json(path, state)
+        return 0
     if ready and not tokens:
         # A start or stop by systemd while the probe ran is not a wedge of this server.
         again = _systemctl_show(args.unit, ["ActiveState", "InvocationID"])

@@ -99,7 +99,7 @@ def test_the_watchdogs_probe_tells_a_wedge_from_a_server(start_sim, tmp_path):
                          "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"}).wait_ready()
     url = "http://127.0.0.1:%d" % sim.port
     assert guard.probe_tokens(url, key, 4, 5) == (True, 4)
-    assert guard.probe_tokens(url, "wrong", 4, 5) == (True, 0)
+    assert guard.probe_tokens(url, "wrong", 4, 5) == (True, -401)  # answered: a refusal, not a wedge
     time.sleep(1.5)
     t0 = time.time()
     assert guard.probe_tokens(url, key, 4, 1.0) == (True, 0)

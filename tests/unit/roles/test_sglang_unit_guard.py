@@ -216,3 +216,23 @@ def test_clean_start_ends_its_users_orphaned_ranks_only(tmp_path):
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+def test_watchdog_leaves_a_server_that_refuses_the_probe(monkeypatch, tmp_path):
+    """A 401 (the unit's key changed under a running server) is an answer, not a wedge: a restart
+    would start the old unit on the new files."""
+    import argparse
+    monkeypatch.setattr(guard, "_systemctl_show", lambda unit, props: {"ActiveState": "active", "InvocationID": "i1"})
+    monkeypatch.setattr(guard, "_journal_lines", lambda inv: [READY])
+    monkeypatch.setattr(guard, "probe_tokens", lambda *a: (True, -401))
+    monkeypatch.setattr(guard, "read_api_key", lambda path: "k")
+
+    def no_systemctl(*a, **k):
+        raise AssertionError("the watchdog acted on a refusal")
+    monkeypatch.setattr(guard.subprocess, "run", no_systemctl)
+    args = argparse.Namespace(unit="sglang-qwen.service", state_dir=str(tmp_path), url="http://127.0.0.1:1",
+                              config="", tokens=4, deadline=1.0, max_restarts=2, window=600.0)
+    assert guard.cmd_watchdog(args) == 0
+    import json as _json
+    state = _json.loads((tmp_path / guard.WATCHDOG_FILE).read_text())
+    assert state["last_result"] == "answered HTTP 401: not a wedge" and not state.get("actions")
