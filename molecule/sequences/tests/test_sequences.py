@@ -11,7 +11,10 @@ UNIT = "/etc/systemd/system/sglang-qwen.service"
 
 def test_key_only_in_the_config_file(host):
     unit = host.file(UNIT).content_string
-    assert KEY not in unit and "--api-key" not in unit and "EnvironmentFile" not in unit
+    assert KEY not in unit and "--api-key" not in unit
+    # the only EnvironmentFile is the install role's CUDA one (CUDA_HOME/PATH, no secret)
+    assert [ln for ln in unit.splitlines() if ln.startswith("EnvironmentFile")] in (
+        [], ["EnvironmentFile=-/etc/blackwell-sglang/cuda.env"])
     assert "--config %s" % SECRETS in unit
     secrets = host.file(SECRETS)
     assert (secrets.user, secrets.group, secrets.mode) == ("root", "sglang", 0o640)

@@ -48,7 +48,10 @@ def test_unit_runs_steps3_with_release_flags(host):
 
 def test_api_key_only_in_the_config_file(host):
     unit = host.file(UNIT).content_string
-    assert KEY not in unit and "--api-key" not in unit and "EnvironmentFile" not in unit
+    assert KEY not in unit and "--api-key" not in unit
+    # the only EnvironmentFile is the install role's CUDA one (CUDA_HOME/PATH, no secret)
+    assert [ln for ln in unit.splitlines() if ln.startswith("EnvironmentFile")] in (
+        [], ["EnvironmentFile=-/etc/blackwell-sglang/cuda.env"])
     secrets = host.file(SECRETS)
     assert secrets.exists
     assert secrets.user == "root" and secrets.group == "sglang"
