@@ -187,6 +187,10 @@ def watchdog_decision(active, ready_seen, health_ok, tokens, history, now, max_r
         return "none", "unit not running"
     if not ready_seen:
         return "none", "still starting"
+    if tokens < 0:
+        # Refused (a key changed under a running server, 401): it answered, so it is no wedge,
+        # and a restart would start it on whatever the unit's files say by now.
+        return "none", "answered HTTP %d: not a wedge" % -tokens
     if tokens:
         return "none", "serving (%d tokens)" % tokens
     why = "answers /health but produced no token" if health_ok else "no token and /health failing"
@@ -457,8 +461,6 @@ def probe_tokens(base_url, key, max_tokens, deadline):
         meta = data.get("meta_info") or {}
         tokens = int(meta.get("completion_tokens") or len(data.get("output_ids") or []))
     except urllib.error.HTTPError as exc:
-        # The server answered: a refusal (a key changed under it, 401) is no wedge, and
-        # restarting it would start it on whatever the unit's files say by now.
         return health_ok, -exc.code
     except (urllib.error.URLError, OSError, ValueError, TypeError, AttributeError):
         tokens = 0
@@ -476,12 +478,6 @@ def cmd_watchdog(args):
     if ready:
         health_ok, tokens = probe_tokens(args.url, read_api_key(args.config), args.tokens,
                                          args.deadline)
-    if ready and tokens < 0:
-        state.update({"unit": args.unit, "last_check": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "last_result": "answered HTTP %d: not a wedge" % -tokens, "ready": False,
-                      "invocation_id": show.get("InvocationID")})
-        write_json(path, state)
-        return 0
     if ready and not tokens:
         # A start or stop by systemd while the probe ran is not a wedge of this server.
         again = _systemctl_show(args.unit, ["ActiveState", "InvocationID"])
@@ -492,7 +488,7 @@ def cmd_watchdog(args):
                                        args.max_restarts, args.window)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     state.update({"unit": args.unit, "last_check": stamp, "last_result": reason,
-                  "ready": bool(ready and tokens), "invocation_id": show.get("InvocationID")})
+                  "ready": bool(ready and tokens > 0), "invocation_id": show.get("InvocationID")})
     actions = list(state.get("actions", []))
     if action != "none":
         verb = "restarting" if action == "restart" else "stopping"

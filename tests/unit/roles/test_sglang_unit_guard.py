@@ -163,10 +163,13 @@ def test_next_status_keeps_sglangs_own_line_over_the_signal():
     (True, True, True, 0, [950.0, 960.0], "restart"),
     (True, True, True, 0, [950.0, 960.0, 990.0], "stop"),   # flapping
     (True, True, True, 0, [100.0, 200.0, 990.0], "restart"),  # old restarts left the window
+    (True, True, True, -401, [950.0, 960.0, 990.0], "none"),  # refused: it answered, no wedge
 ])
 def test_watchdog_decision(active, ready, health, tokens, history, want):
     action, reason = guard.watchdog_decision(active, ready, health, tokens, history, 1000.0, 3, 600)
     assert action == want, reason
+    if tokens < 0:
+        assert reason == "answered HTTP 401: not a wedge"
 
 
 def test_read_api_key(tmp_path):
