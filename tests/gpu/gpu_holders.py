@@ -15,6 +15,10 @@
           with the wall-clock time whenever the reading changes, to time how long the driver
           takes to give memory back after SIGTERM/SIGKILL.
 
+With --title-argv0 both holders carry their title as the whole command line (argv[0]), as
+SGLang's ranks do after setproctitle: what the unit guard's clean start looks for
+(tests/gpu/guard_check.py).
+
 Each holder writes <state>/ready-<pid>.json once its memory is allocated and
 <state>/term-<pid>.json when SIGTERM arrives. Every process ends by itself after
 --max-seconds, so nothing outlives a runner that died.
@@ -79,6 +83,24 @@ def wait_until_signalled(max_seconds):
     sys.exit(3)  # nobody ended us: the runner is gone; free the GPU anyway
 
 
+def python_path():
+    """The interpreter that runs this file, also when argv[0] is a process title (then
+    sys.executable is empty and the runner passes the path on)."""
+    return os.environ.get("GPU_HOLDERS_PYTHON") or sys.executable
+
+
+def exec_titled(title, argv):
+    """Run this file again with ``title`` as argv[0], as SGLang's setproctitle leaves a scheduler
+    rank's command line (the unit guard knows its own ranks by that). The interpreter then no
+    longer finds its prefix or venv from argv[0], so the module path and its own path are passed
+    in the environment."""
+    env = dict(os.environ)
+    env["GPU_HOLDERS_PYTHON"] = python_path()
+    env["GPU_HOLDERS_TITLE"] = title
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    os.execve(env["GPU_HOLDERS_PYTHON"], [title, os.path.abspath(__file__)] + argv, env)
+
+
 def spawn_orphan(args):
     """Double fork: the middle process exits at once, so the orphan is re-parented (to PID 1 or
     the nearest subreaper), like a scheduler child whose SGLang parent crashed."""
@@ -86,18 +108,22 @@ def spawn_orphan(args):
     if middle == 0:
         middle_pid = os.getpid()
         if os.fork() == 0:
-            argv = [sys.executable, os.path.abspath(__file__), "orphan", "--title", args.orphan_title,
+            argv = ["orphan", "--title", args.orphan_title,
                     "--gib", str(args.orphan_gib), "--state", args.state, "--max-seconds", str(args.max_seconds),
                     "--first-parent", str(middle_pid)]
             if args.orphan_ignore_term:
                 argv.append("--ignore-term")
-            os.execv(sys.executable, argv)
+            if args.title_argv0:
+                exec_titled(args.orphan_title, argv)
+            os.execv(python_path(), [python_path(), os.path.abspath(__file__)] + argv)
         os._exit(0)
     os.waitpid(middle, 0)
     return middle
 
 
 def cmd_hold(args):
+    if args.title_argv0 and os.environ.get("GPU_HOLDERS_TITLE") != args.title:
+        exec_titled(args.title, sys.argv[1:])
     set_name(args.title)
     signal.signal(signal.SIGTERM, on_term(args.state, False))
     middle = spawn_orphan(args) if args.orphan_gib > 0 else None
@@ -195,6 +221,8 @@ def main(argv=None):
     hold.add_argument("--orphan-title", default="gpu-check-orphan")
     hold.add_argument("--orphan-gib", type=float, default=2.0)
     hold.add_argument("--orphan-ignore-term", action="store_true")
+    hold.add_argument("--title-argv0", action="store_true",
+                      help="titles as argv[0] too (the whole command line), as setproctitle does")
     hold.add_argument("--state", required=True)
     hold.add_argument("--max-seconds", type=float, default=900.0)
     orphan = sub.add_parser("orphan")

@@ -87,3 +87,27 @@ def test_script_skips_when_the_driver_is_not_loaded(tmp_path):
     proc = run_script(env, timeout=60)
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.startswith("SKIP: nvidia-smi lists no GPU: NVIDIA-SMI has failed"), proc.stdout
+
+
+GUARD_CHECK = HERE / "guard_check.py"
+
+
+def test_unit_guard_clean_start_on_real_driver():
+    """The service unit's clean start ends a crashed SGLang's GPU-holding ranks (tests/gpu/guard_check.py)."""
+    reason = no_gpu_reason()
+    if reason:
+        pytest.skip(reason)
+    proc = subprocess.run([sys.executable, str(GUARD_CHECK)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=600, check=False)
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    if proc.returncode == 0 and last.startswith("SKIP:"):
+        pytest.skip(last[len("SKIP:"):].strip())
+    assert proc.returncode == 0 and last.startswith("PASS:"), proc.stdout[-8000:]
+
+
+def test_guard_check_skips_without_nvidia_smi(tmp_path):
+    env = dict(os.environ, PATH=str(_bin_dir(tmp_path)))
+    proc = subprocess.run([sys.executable, str(GUARD_CHECK)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "SKIP: no nvidia-smi on PATH (no NVIDIA driver)", proc.stdout
