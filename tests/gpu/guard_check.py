@@ -61,11 +61,6 @@ def used_mib(index=0):
     return None
 
 
-def compute_pids():
-    _rc, out = smi("--query-compute-apps=pid", "--format=csv,noheader,nounits")
-    return set(int(x) for x in out.split() if x.strip().isdigit())
-
-
 def alive(pid):
     try:
         with open("/proc/%d/stat" % pid) as handle:
@@ -135,7 +130,7 @@ def main():
         figures["holders"] = infos
         time.sleep(1.0)
         figures["held_used_mib"] = used_mib()
-        listed = compute_pids()
+        listed = (guard._gpu_apps("nvidia-smi") or set())  # pylint: disable=protected-access
         figures["driver_lists_holders"] = sorted(set(pids) & listed)
 
         me = os.getpid()
@@ -162,7 +157,7 @@ def main():
         after = used_mib()
         figures["after_used_mib"] = after
         figures["pids_alive_after"] = [p for p in pids if alive(p)]
-        figures["driver_lists_after"] = sorted(set(pids) & compute_pids())
+        figures["driver_lists_after"] = sorted(set(pids) & (guard._gpu_apps("nvidia-smi") or set()))  # pylint: disable=protected-access
         terms = {}
         for name in os.listdir(state):
             if name.startswith("term-"):
