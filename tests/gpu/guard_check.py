@@ -52,13 +52,14 @@ def smi(*args):
     return res.returncode, res.stdout
 
 
-def used_mib(index=0):
-    _rc, out = smi("--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0] == str(index):
-            return int(parts[1])
-    return None
+def used_mib(guard, index=0):
+    """GPU ``index``'s memory.used, read with the collection's nvidia-smi query and parser."""
+    _rc, out = smi(*guard.nvidia.query_gpu_argv("nvidia-smi")[1:])
+    try:
+        gpus = guard.nvidia.parse_gpus(out)
+    except ValueError:
+        return None
+    return next((g["memory_used_mib"] for g in gpus if g["index"] == index), None)
 
 
 def alive(pid):
@@ -95,7 +96,7 @@ def main():
     gib = float(os.environ.get("GUARD_CHECK_GIB", "8"))
     figures["gpu"] = listing.splitlines()[0]
     figures["fuser"] = shutil.which("fuser") or "absent (the guard reads /proc)"
-    idle = used_mib()
+    idle = used_mib(guard)
     figures["idle_used_mib"] = idle
     work = tempfile.mkdtemp(prefix="guard-check-")
     state = os.path.join(work, "holders")
@@ -129,7 +130,7 @@ def main():
                 return finish("FAIL", "the GPU holders did not start: %s" % handle.read()[-1500:])
         figures["holders"] = infos
         time.sleep(1.0)
-        figures["held_used_mib"] = used_mib()
+        figures["held_used_mib"] = used_mib(guard)
         listed = (guard._gpu_apps("nvidia-smi") or set())  # pylint: disable=protected-access
         figures["driver_lists_holders"] = sorted(set(pids) & listed)
 
@@ -154,7 +155,7 @@ def main():
         figures["clean_start_s"] = round(time.time() - t0, 2)
         figures["clean_start_rc"] = res.returncode
         figures["clean_start_says"] = res.stdout.strip()
-        after = used_mib()
+        after = used_mib(guard)
         figures["after_used_mib"] = after
         figures["pids_alive_after"] = [p for p in pids if alive(p)]
         figures["driver_lists_after"] = sorted(set(pids) & (guard._gpu_apps("nvidia-smi") or set()))  # pylint: disable=protected-access
