@@ -512,9 +512,10 @@ class _Lane(object):
     used, and where they contradict monotony, no bound at all (the candidate must be measured).
     """
 
-    def __init__(self, lane, states, objective, level, noise, slo_min_tps):
+    def __init__(self, lane, states, objective, level, noise, slo_min_tps, convex=True):
         self.lane = lane
         self.noise = noise
+        self.use_convex = convex
         self.objective = objective
         self.slo_min = None if slo_min_tps in (None, "") else float(slo_min_tps)
         self.points = {}  # x (draft tokens - 1) -> {c: (t_pr, t_ag)}
@@ -569,7 +570,7 @@ class _Lane(object):
         n = self.noise
         xs = sorted(pts)
         mono = all(pts[b] * (1 + n) >= pts[a] * (1 - n) for a, b in zip(xs, xs[1:]))
-        convex = mono
+        convex = mono and self.use_convex
         for a, b, c in zip(xs, xs[1:], xs[2:]):
             left = (pts[b] * (1 - n) - pts[a] * (1 + n)) / (b - a)
             right = (pts[c] * (1 + n) - pts[b] * (1 - n)) / (c - b)
@@ -981,15 +982,74 @@ def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=No
     return out
 
 
+def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, slo_min_tps=None,
+                        slo_max_ttft_p99_ms=None, noise=0.015, fit_classes=None):
+    """The candidates never measured that could still beat the winner by more than the tie band.
+
+    An adaptive search (or a launch budget) ends without measuring every candidate, and then only
+    what its bounds assume rules the rest out.  Two bounds per unmeasured candidate, both from the
+    measured accept lengths (chain acceptance, at the most optimistic measured acceptance plus
+    the noise) and times per verify round at the judged level:
+
+    - ``bound``: assuming only that a verify round never gets faster with more draft tokens,
+      which holds on every server; ``None`` where nothing cheaper was measured (no bound at all);
+    - ``bound_convex``: assuming also that each extra draft token costs at least what the
+      previous one did, which the search's own bounds use where the measured points agree
+      (``None``: unbounded).
+
+    A candidate is listed when ``bound`` exceeds the winner's figure by more than the tie band
+    (``sqrt(2) x noise``); no measurement shows it cannot win, and a landscape that matches every
+    measurement exists where it does.  Candidates a cheaper one proved cannot fit are left out.
+    Returns ``[{"key", "steps", "topk", "draft_tokens", "bound", "gain", "bound_convex",
+    "gain_convex"}]`` in list order; ``gain`` is ``bound`` over the winner's figure, minus one.
+    """
+    noise = _frac(noise, "mtp_tune_noise", 0.015)
+    classes = _fit_classes(fit_classes)
+    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    winner = best["winner"]
+    if winner is None or not candidates:
+        return []
+    value = winner["score"]["value"]
+    band = math.sqrt(2.0) * noise
+    states = _state(attempts, None, classes)
+    lanes = {}
+    for cand in candidates:
+        lanes.setdefault(cand["topk"], []).append(cand)
+    out = []
+    for topk in sorted(lanes):
+        lane = lanes[topk]
+        sound = _Lane(lane, states, objective, level, noise, slo_min_tps, convex=False)
+        convex = _Lane(lane, states, objective, level, noise, slo_min_tps, convex=True)
+        for cand in lane:
+            if cand["key"] in states or _cannot_fit(cand, states, classes):
+                continue
+            ub = sound.bound(cand, level)
+            if ub is None or ub <= value * (1.0 + band):
+                continue
+            ubc = convex.bound(cand, level)
+            out.append({"key": cand["key"], "steps": cand["steps"], "topk": cand["topk"],
+                        "draft_tokens": cand["draft_tokens"], "bound": _finite(ub, 3),
+                        "gain": _finite(None if ub is None else ub / value - 1.0, 4),
+                        "bound_convex": _finite(ubc, 3),
+                        "gain_convex": _finite(None if ubc is None else ubc / value - 1.0, 4)})
+    return out
+
+
+def _finite(x, digits):
+    """A rounded figure for results.json, None for no figure or no bound (JSON has no infinity)."""
+    return None if x is None or math.isinf(x) else round(x, digits)
+
+
 def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                    noise=0.015, previous=None, now=None):
+                    noise=0.015, previous=None, now=None, candidates=None, fit_classes=None):
     """The winner as stored in results.json (compact), or None.
 
     ``margin`` is the winner's relative lead over the runner-up (negative when it won a tie
     trailing the top within the band), ``band`` the tie band of that comparison and
     ``interval`` the winner's own band.  ``decided_at`` is kept from ``previous`` (the stored
     winner) when the same setting still wins, so a re-run that changes nothing also writes
-    nothing new.
+    nothing new.  With ``candidates`` (the run's list), ``unverified`` lists the candidates never
+    measured that no measurement rules out (mtp_tune_unverified).
     """
     best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     w = best["winner"]
@@ -1001,6 +1061,9 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
            "runner_up": best["runner_up"]["key"] if best["runner_up"] else None, "decided_at": now,
            "margin": best["margin"], "band": best["band"],
            "interval": [w["score"]["low"], w["score"]["high"]]}
+    if candidates:
+        out["unverified"] = mtp_tune_unverified(attempts, candidates, objective, level, slo_min_tps,
+                                                slo_max_ttft_p99_ms, noise, fit_classes)
     prev = previous if isinstance(previous, dict) else {}
     if prev.get("key") == out["key"] and (prev.get("overrides") or {}) == out["overrides"] and prev.get("decided_at"):
         out["decided_at"] = prev["decided_at"]
@@ -1069,6 +1132,7 @@ class FilterModule(object):
             "mtp_tune_rank": mtp_tune_rank,
             "mtp_tune_pick_best": mtp_tune_pick_best,
             "mtp_tune_winner": mtp_tune_winner,
+            "mtp_tune_unverified": mtp_tune_unverified,
             "mtp_tune_next": mtp_tune_next,
             "mtp_tune_fit_ladder": mtp_tune_fit_ladder,
             "mtp_tune_measured": mtp_tune_measured,

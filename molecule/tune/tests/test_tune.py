@@ -74,6 +74,8 @@ def test_results_tell_the_whole_story(host):
     assert doc["stats"]["launches"] == len(attempts)
     assert doc["stats"]["failed_launches"] == sum(1 for a in attempts if a["status"] == "failed")
     assert doc["winner"]["margin"] is not None and len(doc["winner"]["interval"]) == 2
+    # a sweep launched every candidate: nothing is left that could still beat the winner
+    assert doc["winner"]["unverified"] == []
     assert doc["converge"]["key"] == "s4-k1-d5" and doc["converge"]["verify"]["ok"]
 
 

@@ -461,6 +461,84 @@ def test_adaptive_ends_on_a_measured_local_optimum(values):
                 assert steps[k] in measured, (values, sorted(measured))
 
 
+def _chain(k, alpha=0.9):
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+def _twin(values, measured, steps=(1, 2, 3, 4, 5, 6, 8, 10), alpha=0.9):
+    """A landscape that matches every measured figure and puts each unmeasured candidate at the
+    most a non-decreasing round time allows: the round time stays at the last measured one below
+    it (far below the cheapest measured where nothing cheaper was measured)."""
+    rounds = dict((k, _chain(k, alpha) / v) for k, v in zip(steps, values))
+    out = []
+    for k, v in zip(steps, values):
+        if k in measured:
+            out.append(v)
+            continue
+        below = [m for m in measured if m < k]
+        t = rounds[max(below)] if below else min(rounds[m] for m in measured) / 10.0
+        out.append(_chain(k, alpha) / t)
+    twin_rounds = [_chain(k, alpha) / v for k, v in zip(steps, out)]
+    assert all(b >= a - 1e-12 for a, b in zip(twin_rounds, twin_rounds[1:])), "the twin is not physical"
+    return out
+
+
+@pytest.mark.parametrize("values", [
+    [105, 110, 115, 120, 125, 130, 140, 150],
+    [100, 128, 145, 172, 150, 135, 120, 105],
+    [130, 140, 138, 136, 133, 130, 124, 118],
+])
+def test_unverified_names_what_a_matching_landscape_could_make_win(values):
+    """Taken without noise, the list is exact: every candidate listed beats the winner on a
+    landscape that matches every measurement (the search, seeing the same figures, ends the same
+    way there), by what its bound says, and every one not listed cannot.  The noise (default
+    1.5 %) only widens the bounds, so the list at the default noise holds at least those."""
+    steps = [1, 2, 3, 4, 5, 6, 8, 10]
+    cands = F.mtp_tune_candidates(steps)
+    atts, got = _shape(values)
+    measured = set(a["candidate"]["steps"] for a in atts)
+    assert len(measured) < len(steps)
+    win = values[steps.index(got)]
+    exact = F.mtp_tune_unverified(atts, cands, "latency", noise=0.0)
+    assert exact, "an adaptive search that skipped candidates leaves some unverified"
+    assert all(u["steps"] not in measured for u in exact)
+    listed = set(u["key"] for u in F.mtp_tune_unverified(atts, cands, "latency"))
+    assert set(u["key"] for u in exact) <= listed
+    twin = _twin(values, measured)
+    twin_atts, twin_got = _shape(twin)
+    assert [a["candidate"]["steps"] for a in twin_atts] == [a["candidate"]["steps"] for a in atts]
+    assert twin_got == got
+    for k, v in zip(steps, twin):
+        if k in measured:
+            continue
+        row = [u for u in exact if u["steps"] == k]
+        if row:
+            assert v > win, (k, v, win)
+            if row[0]["bound"] is not None:
+                assert row[0]["bound"] == pytest.approx(v, rel=1e-3)
+                assert row[0]["gain"] == pytest.approx(v / win - 1, abs=1e-3)
+        else:
+            assert v <= win * 1.001, (k, v, win)
+
+
+def test_unverified_is_empty_after_a_sweep_and_skips_what_cannot_fit():
+    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
+    atts, _best = tune("sweep", "latency")
+    assert F.mtp_tune_unverified(atts, cands, "latency") == []
+    w = F.mtp_tune_winner(atts, "latency", candidates=cands)
+    assert w["unverified"] == []
+    assert "unverified" not in F.mtp_tune_winner(atts, "latency")
+    assert F.mtp_tune_unverified([], cands, "latency") == []
+    # 8 failed on memory: 10 needs more, so it is no open question; 1 and 2 are (nothing cheaper measured)
+    three = _att(3, {"1": {"decode_tps_per_request": {"mean": 234.0}, "accept_length": _chain(3, 0.8), "failed": 0}})
+    eight = {"key": "s8-k1-d9", "candidate": cands[6], "status": "failed", "failure_class": "oom_kv_cache"}
+    listed = [u["steps"] for u in F.mtp_tune_unverified([three, eight], cands, "latency")]
+    assert 10 not in listed and 8 not in listed and listed[:2] == [1, 2]
+    # a verify round at 4 at least as long as at 3: 4 at most 234 x tau(4)/tau(3) (+ the noise)
+    four = [u for u in F.mtp_tune_unverified([three, eight], cands, "latency", noise=0.0) if u["steps"] == 4][0]
+    assert four["bound"] == pytest.approx(234.0 * _chain(4, 0.8) / _chain(3, 0.8), rel=1e-3)
+
+
 def test_adaptive_jumps_where_the_model_predicts_a_gain():
     """A monotone climb: after the seed and the dear end, the model predicts nothing in between
     above the end, so only the end's neighbour is verified (no walk up the list)."""
@@ -594,7 +672,7 @@ def test_progress_line_names_candidate_outcome_and_best_so_far():
 def test_filters_are_registered():
     names = F.FilterModule().filters()
     for n in ("mtp_tune_candidates", "mtp_tune_score", "mtp_tune_pick_best", "mtp_tune_next",
-              "mtp_tune_fit_ladder", "mtp_tune_resume", "mtp_tune_verify"):
+              "mtp_tune_fit_ladder", "mtp_tune_resume", "mtp_tune_verify", "mtp_tune_unverified"):
         assert callable(names[n])
 
 
