@@ -371,7 +371,7 @@ def _unverified_line(winner, settings):
         gain, gain_c = as_number(u.get("gain")), as_number(u.get("gain_convex"))
         what = "no bound: nothing cheaper was measured" if gain is None else "up to %+.0f %%" % (gain * 100)
         if gain_c is not None and band is not None and gain_c <= band:
-            what += "; not if each extra draft token costs at least the one before"
+            what += "; ruled out if each extra draft token costs at least the one before"
         parts.append("steps %s (%s)" % (u.get("steps"), what))
     return ("- Could still beat the winner (no measurement rules them out; a verify round is only assumed never "
             "to get faster with more draft tokens): %s. Launch them, or run with mtp_tune_strategy sweep, "

@@ -128,7 +128,7 @@ def test_summary_names_what_could_still_beat_the_winner():
     assert len(line) == 1
     assert "steps 1 (no bound: nothing cheaper was measured)" in line[0]
     # 0.4 % is inside the tie band (sqrt(2) x 2 %): only a landscape that bends the other way beats it
-    assert "steps 5 (up to +12 %; not if each extra draft token costs at least the one before)" in line[0]
+    assert "steps 5 (up to +12 %; ruled out if each extra draft token costs at least the one before)" in line[0]
     assert "steps 6 (up to +19 %)" in line[0] and "mtp_tune_strategy sweep" in line[0]
     d["winner"]["unverified"] = []
     assert "Could still beat" not in R.render_summary(R.finalize(d))
