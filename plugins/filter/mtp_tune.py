@@ -1001,7 +1001,8 @@ def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, s
     (``sqrt(2) x noise``); no measurement shows it cannot win, and a landscape that matches every
     measurement exists where it does.  Candidates a cheaper one proved cannot fit are left out.
     Returns ``[{"key", "steps", "topk", "draft_tokens", "bound", "gain", "bound_convex",
-    "gain_convex"}]`` in list order; ``gain`` is ``bound`` over the winner's figure, minus one.
+    "gain_convex", "convex_rules_out"}]`` in list order; ``gain`` is ``bound`` over the winner's
+    figure, minus one; ``convex_rules_out``: ``bound_convex`` is within the band of the winner.
     """
     noise = _frac(noise, "mtp_tune_noise", 0.015)
     classes = _fit_classes(fit_classes)
@@ -1031,7 +1032,8 @@ def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, s
                         "draft_tokens": cand["draft_tokens"], "bound": _finite(ub, 3),
                         "gain": _finite(None if ub is None else ub / value - 1.0, 4),
                         "bound_convex": _finite(ubc, 3),
-                        "gain_convex": _finite(None if ubc is None else ubc / value - 1.0, 4)})
+                        "gain_convex": _finite(None if ubc is None else ubc / value - 1.0, 4),
+                        "convex_rules_out": ubc is not None and ubc <= value * (1.0 + band)})
     return out
 
 

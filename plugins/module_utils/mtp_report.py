@@ -359,18 +359,16 @@ def _run_state_lines(doc):
     return out
 
 
-def _unverified_line(winner, settings):
+def _unverified_line(winner):
     """What the winner was never compared with: candidates no measurement rules out."""
     rows = [u for u in winner.get("unverified") or [] if isinstance(u, dict)]
     if not rows:
         return None
-    band = as_number(settings.get("noise"))
-    band = math.sqrt(2.0) * band if band is not None else None
     parts = []
     for u in rows:
-        gain, gain_c = as_number(u.get("gain")), as_number(u.get("gain_convex"))
+        gain = as_number(u.get("gain"))
         what = "no bound: nothing cheaper was measured" if gain is None else "up to %+.0f %%" % (gain * 100)
-        if gain_c is not None and band is not None and gain_c <= band:
+        if u.get("convex_rules_out") is True:
             what += "; ruled out if each extra draft token costs at least the one before"
         parts.append("steps %s (%s)" % (u.get("steps"), what))
     return ("- Could still beat the winner (no measurement rules them out; a verify round is only assumed never "
@@ -421,7 +419,7 @@ def render_summary(doc):
             out.append("- Winner's margin over %s: %+.1f %% (tie band %.1f %%); its interval %s .. %s" % (
                 winner.get("runner_up") or "-", (winner.get("margin") or 0.0) * 100, (winner.get("band") or 0.0) * 100,
                 "-" if iv[0] is None else "%.1f" % iv[0], "-" if iv[1] is None else "%.1f" % iv[1]))
-        open_ = _unverified_line(winner, s)
+        open_ = _unverified_line(winner)
         if open_:
             out.append(open_)
         fit = (s.get("fit_ladder") or {}) if isinstance(s.get("fit_ladder"), dict) else {}

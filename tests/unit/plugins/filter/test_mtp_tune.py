@@ -502,8 +502,11 @@ def test_unverified_names_what_a_matching_landscape_could_make_win(values):
     exact = F.mtp_tune_unverified(atts, cands, "latency", noise=0.0)
     assert exact, "an adaptive search that skipped candidates leaves some unverified"
     assert all(u["steps"] not in measured for u in exact)
-    listed = set(u["key"] for u in F.mtp_tune_unverified(atts, cands, "latency"))
+    default = F.mtp_tune_unverified(atts, cands, "latency")
+    listed = set(u["key"] for u in default)
     assert set(u["key"] for u in exact) <= listed
+    for u in default:
+        assert u["convex_rules_out"] == (u["gain_convex"] is not None and u["gain_convex"] <= 2 ** 0.5 * 0.015 + 1e-4)
     twin = _twin(values, measured)
     twin_atts, twin_got = _shape(twin)
     assert [a["candidate"]["steps"] for a in twin_atts] == [a["candidate"]["steps"] for a in atts]

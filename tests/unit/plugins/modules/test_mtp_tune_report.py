@@ -118,16 +118,16 @@ def test_summary_names_what_could_still_beat_the_winner():
     d["settings"]["strategy"] = "adaptive"
     d["winner"]["unverified"] = [
         {"key": "s1-k1-d2", "steps": 1, "topk": 1, "draft_tokens": 2, "bound": None, "gain": None,
-         "bound_convex": None, "gain_convex": None},
+         "bound_convex": None, "gain_convex": None, "convex_rules_out": False},
         {"key": "s5-k1-d6", "steps": 5, "topk": 1, "draft_tokens": 6, "bound": 310.2, "gain": 0.1199,
-         "bound_convex": 278.1, "gain_convex": 0.004},
+         "bound_convex": 278.1, "gain_convex": 0.004, "convex_rules_out": True},
         {"key": "s6-k1-d7", "steps": 6, "topk": 1, "draft_tokens": 7, "bound": 330.0, "gain": 0.191,
-         "bound_convex": 300.0, "gain_convex": 0.083}]
+         "bound_convex": 300.0, "gain_convex": 0.083, "convex_rules_out": False}]
     md = R.render_summary(R.finalize(d))
     line = [x for x in md.splitlines() if x.startswith("- Could still beat the winner")]
     assert len(line) == 1
     assert "steps 1 (no bound: nothing cheaper was measured)" in line[0]
-    # 0.4 % is inside the tie band (sqrt(2) x 2 %): only a landscape that bends the other way beats it
+    # 0.4 % is inside the tie band: only a landscape that bends the other way beats it
     assert "steps 5 (up to +12 %; ruled out if each extra draft token costs at least the one before)" in line[0]
     assert "steps 6 (up to +19 %)" in line[0] and "mtp_tune_strategy sweep" in line[0]
     d["winner"]["unverified"] = []
