@@ -1,3 +1,7 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Start and stop an SGLang-compatible server as a plain process, for machines without systemd.
 
 The collection launches SGLang through a systemd unit and judges a launch with

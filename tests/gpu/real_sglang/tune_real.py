@@ -1,4 +1,7 @@
-#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
 """Tune speculative depth on a live SGLang server without systemd, with the collection's own
 decisions and benchmark.
 
@@ -25,6 +28,7 @@ Usage (simulator): --server-module sglang_sim.launch_server --algorithm NEXTN --
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import shlex
@@ -35,10 +39,24 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load_server():
+    """server.py, loaded from its path: this directory is no package, and loading it makes the
+    checkout importable as the collection for the imports below."""
+    name = "real_sglang_server"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                         "server.py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+srv = _load_server()
 
 # pylint: disable=wrong-import-position
-import server as srv  # noqa: E402  (makes the collection importable too)
 from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as mt  # noqa: E402
 from ansible_collections.blackwell.sglang.plugins.filter import mtp_resume as mr  # noqa: E402
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc  # noqa: E402
@@ -181,6 +199,7 @@ class Tuner:
         self.doc = None
         self.state = "running"
         self.error = None
+        self.started = now_iso()
 
     # -- resume ---------------------------------------------------------------------------
     def load_resume(self):
@@ -341,9 +360,9 @@ class Tuner:
         }
         write_json(self.out, self.doc)
 
-    def run(self):
-        self.started = now_iso()
-        message = self.load_resume()
+    def run(self, message):
+        """Launch until mtp_tune_next says stop, saving after each launch; ``message`` says what
+        was resumed."""
         print("%s over steps %s, objective %s at C=%s, levels %s; %s" % (
             self.args.strategy, [c["steps"] for c in self.candidates], self.objective, self.level,
             self.plan["levels"], message), flush=True)
@@ -504,12 +523,14 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         tuner = Tuner(args)
-    except (Abort, mt.AnsibleFilterError, ValueError) as exc:
+        # Before anything is written: a refused resume must leave the earlier file as it was.
+        message = tuner.load_resume()
+    except (Abort, mt.AnsibleFilterError, ValueError, OSError) as exc:
         print("tune_real: %s" % exc, file=sys.stderr)
         return 2
     rc = 0
     try:
-        tuner.run()
+        tuner.run(message)
     except KeyboardInterrupt:
         tuner.state, tuner.error, rc = "interrupted", "interrupted", 130
     except (Abort, mt.AnsibleFilterError) as exc:
@@ -517,7 +538,7 @@ def main(argv=None):
         print("tune_real: %s" % exc, file=sys.stderr)
     try:
         tuner.save()
-    except (OSError, AttributeError) as exc:  # nothing started yet, or the disk is gone
+    except OSError as exc:
         print("tune_real: could not write %s: %s" % (tuner.out, exc), file=sys.stderr)
     print(tuner.summary(), flush=True)
     if rc == 0 and not (tuner.doc or {}).get("winner"):
