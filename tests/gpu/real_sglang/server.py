@@ -175,9 +175,14 @@ class Server:
         self._log = open(self.log_path, "ab")  # pylint: disable=consider-using-with
         self._offset = self._log.tell()
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
-            self.command(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            env=self.env, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+                self.command(), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                env=self.env, start_new_session=True)
+        except OSError:
+            self._log.close()
+            self._log = None
+            raise
         # A new session makes the child the leader of a new group whose id is its pid; that
         # group is the only one stop() ever signals.
         self.pgid = self.proc.pid

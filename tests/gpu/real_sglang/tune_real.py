@@ -187,6 +187,7 @@ class Tuner:
         self.out = args.out or args.resume
         self.log_dir = args.log_dir or os.path.join(os.path.dirname(os.path.abspath(self.out)), "logs")
         os.makedirs(self.log_dir, exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(self.out)), exist_ok=True)
         self.env = dict(os.environ)
         for item in args.env or []:
             key, _, value = item.partition("=")
@@ -283,7 +284,10 @@ class Tuner:
                             python=self.args.python, module=self.args.server_module)
         print("[%d] %s %s: starting (%s)" % (self.launch_no, purpose, cand["key"], nxt.get("reason")), flush=True)
         result, bench_failed, bench_msg, partial = None, False, None, []
-        server.start()
+        try:
+            server.start()
+        except OSError as exc:  # no such interpreter, log not writable: every launch would fail alike
+            raise Abort("cannot start %s: %s" % (" ".join(server.command()[:3]), exc)) from exc
         try:
             wait = server.wait_ready(self.args.ready_timeout, interval=self.args.ready_poll)
             launch_s = round(time.time() - t0, 3)
