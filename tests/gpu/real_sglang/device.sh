@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Steps of the real-SGLang checks on a GPU machine without systemd or registry (the lent H200),
+# each one callable on its own so a lease can be planned call by call:
+#
+#   bash tests/gpu/real_sglang/device.sh setup            # unpack the bundle, build the models
+#   bash tests/gpu/real_sglang/device.sh smoke            # one plain and one speculative start
+#   bash tests/gpu/real_sglang/device.sh STEP [STEP ...]  # several in one call
+#
+# Needs .cache/real-sglang/site.tar.xz (bundle.sh) carried along. Every step is idempotent:
+# what an earlier call of the same lease left in /tmp is reused. Results go to $OUT (or
+# build/real-sglang) and are committed from there as fixtures.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+# $OUT brings back 8 files at most: everything goes to $res, packed into $OUT at the end.
+res=${RS_RESULTS:-/tmp/rs/results}
+out=$res
+mkdir -p "$out"
+RS=${RS_DIR:-/tmp/rs}
+SITE=${RS_SITE:-/tmp/site}
+PORT=${RS_PORT:-30000}
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SGLANG_DISABLE_REQUEST_LOGGING=1
+# Multi-GPU kinds of the lent machine set these so no program uses NVLink multicast; keep them.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
+       NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
+BASE_ARGS=(--model-path "$RS/models/target" --host 127.0.0.1 --port "$PORT"
+           --attention-backend triton --sampling-backend pytorch --grammar-backend none
+           --mem-fraction-static "${RS_MEM_FRACTION:-0.5}" --cuda-graph-max-bs-decode 32
+           --context-length 4096)
+
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+
+step_setup() {
+  local t t0
+  for t in "$root"/.cache/real-sglang/site.tar.xz; do
+    [[ -f $SITE/.unpacked.$(basename "$t") ]] && continue
+    t0=$SECONDS
+    mkdir -p "$SITE" && xz -T0 -dc "$t" | tar -C "$SITE" -xf - \
+      && touch "$SITE/.unpacked.$(basename "$t")" || { log "setup: $t did not unpack"; return 1; }
+    log "setup: $(basename "$t") unpacked in $((SECONDS - t0)) s"
+  done
+  python3 "$here/make_models.py" "$RS/models" || return 1
+  python3 - <<'EOF' | tee "$out/versions.txt"
+import importlib.metadata as md, platform, torch
+print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
+      "gpu", torch.cuda.get_device_name(0))
+for n in ("sglang", "sglang-kernel", "transformers", "tokenizers", "triton", "xgrammar", "fastapi", "uvicorn"):
+    try: print(n, md.version(n))
+    except Exception as e: print(n, "missing", e)
+EOF
+  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee -a "$out/versions.txt"
+}
+
+# start LABEL ARGS...: launch a server in its own session, log to $out/LABEL.log; waits ready.
+start() {
+  local label=$1; shift
+  : > "$out/$label.log"
+  setsid python3 -m sglang.launch_server "$@" >> "$out/$label.log" 2>&1 &
+  echo $! > "$RS/server.pid"
+  local t0=$SECONDS
+  while (( SECONDS - t0 < ${RS_READY_TIMEOUT:-300} )); do
+    if grep -q "The server is fired up and ready to roll" "$out/$label.log"; then
+      log "$label: ready in $((SECONDS - t0)) s"; return 0
+    fi
+    kill -0 "$(cat "$RS/server.pid")" 2>/dev/null || { log "$label: exited before ready"; tail -n 25 "$out/$label.log"; return 1; }
+    sleep 1
+  done
+  log "$label: not ready after $((SECONDS - t0)) s"; tail -n 25 "$out/$label.log"; return 1
+}
+
+stop() {
+  local pid; pid=$(cat "$RS/server.pid" 2>/dev/null) || return 0
+  kill -TERM -- "-$pid" 2>/dev/null
+  for _ in $(seq 1 30); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -KILL -- "-$pid" 2>/dev/null
+  rm -f "$RS/server.pid"
+}
+
+gen() {
+  curl -s --max-time 60 "http://127.0.0.1:$PORT/generate" -H 'Content-Type: application/json' \
+    -d '{"text": "kalo mine suta", "sampling_params": {"max_new_tokens": 64, "temperature": 0, "ignore_eos": true}}'
+}
+
+step_smoke() {
+  start nospec "${BASE_ARGS[@]}" && gen > "$out/nospec_generate.json"; stop
+  start steps3 "${BASE_ARGS[@]}" --speculative-algorithm STANDALONE \
+    --speculative-draft-model-path "$RS/models/target" --speculative-num-steps 3 \
+    --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 \
+    && gen > "$out/steps3_generate.json"; stop
+  head -c 1500 "$out"/*_generate.json; echo
+}
+
+# Imports the server's processes make. A missing package is stood in for by an empty module
+# (for this listing only, never for a served start) so one call names all of them, not one.
+step_imports() {
+  python3 - <<'EOF'
+import importlib, importlib.abc, importlib.machinery, sys, types
+missing = {}
+class Stub(types.ModuleType):
+    __path__ = []
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return type(name, (), {"__init__": lambda s, *a, **k: None, "__call__": lambda s, *a, **k: None})
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        for f in sys.meta_path:
+            if f is self: continue
+            try:
+                if f.find_spec(name, path, target): return None
+            except Exception: pass
+        missing.setdefault(name.split(".")[0], name)
+        return importlib.machinery.ModuleSpec(name, self)
+    def create_module(self, spec): return Stub(spec.name)
+    def exec_module(self, module): pass
+sys.meta_path.append(Finder())
+for m in ("sglang.launch_server", "sglang.srt.entrypoints.http_server", "sglang.srt.managers.scheduler",
+          "sglang.srt.managers.tokenizer_manager", "sglang.srt.managers.detokenizer_manager",
+          "sglang.srt.model_executor.model_runner", "sglang.srt.models.llama",
+          "sglang.srt.layers.attention.triton_backend", "sglang.srt.speculative.standalone_worker_v2",
+          "sglang.srt.entrypoints.openai.serving_chat", "sglang.benchmark.serving"):
+    try:
+        importlib.import_module(m); print("ok", m)
+    except Exception as e:
+        print("FAIL", m, type(e).__name__, str(e)[:200])
+print("MISSING", sorted(missing.values()))
+open("/tmp/rs/results/imports.txt", "w").write(repr(sorted(missing.values())))
+EOF
+}
+
+SPEC_SELF=(--speculative-algorithm STANDALONE --speculative-draft-model-path "$RS/models/target"
+           --speculative-eagle-topk 1)
+
+# The collection's client beside bench_serving, on a self-draft server at 3 steps.
+step_bench() {
+  start bench_steps3 "${BASE_ARGS[@]}" "${SPEC_SELF[@]}" --speculative-num-steps 3 \
+    --speculative-num-draft-tokens 4 || { stop; return 1; }
+  python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" --tokenizer "$RS/models/target" \
+    --model "$RS/models/target" --levels "${RS_LEVELS:-1,8,32}" --out "$res/bench" --label steps3
+  stop
+}
+
+# Start failures provoked for real; each log is a classifier fixture.
+step_failures() {
+  RS_READY_TIMEOUT=120 start fail_mem_high "${BASE_ARGS[@]/0.5/0.999}"; stop
+  local args=("${BASE_ARGS[@]}")
+  RS_READY_TIMEOUT=120 start fail_mem_low "${args[@]}" --mem-fraction-static 0.0005; stop
+  RS_READY_TIMEOUT=120 start fail_context "${args[@]}" --context-length 1000000; stop
+  RS_READY_TIMEOUT=120 start fail_model_missing "${args[@]}" --model-path "$RS/models/nope"; stop
+  RS_READY_TIMEOUT=120 start fail_unknown_flag "${args[@]}" --no-such-flag 1; stop
+  python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', $PORT)); s.listen(); time.sleep(200)" &
+  local holder=$!
+  sleep 1; RS_READY_TIMEOUT=120 start fail_port_in_use "${args[@]}"; stop
+  kill "$holder" 2>/dev/null
+  RS_READY_TIMEOUT=120 start fail_spec_mismatch "${args[@]}" --speculative-algorithm STANDALONE \
+    --speculative-draft-model-path "$RS/models/target" --speculative-num-steps 3 \
+    --speculative-eagle-topk 1 --speculative-num-draft-tokens 2; stop
+  for f in "$res"/fail_*.log; do echo "--- $(basename "$f")"; grep -E "Error|error|Exception|memory|usage:" "$f" | tail -n 4; done
+}
+
+pack() {
+  tar -C "$res" -czf "$OUT/results-$(date +%H%M%S).tgz" . 2>/dev/null && ls -la "$OUT"
+}
+
+trap 'stop; [[ -n ${OUT:-} ]] && pack' EXIT
+for s in "$@"; do
+  log "== $s"
+  "step_$s" || log "step $s failed (rc $?)"
+done
