@@ -268,3 +268,73 @@ def lookup_model(model_path):
         if name.rsplit("/", 1)[-1].lower() == base:
             return name, entry
     return DEFAULT_MODEL, CATALOG[DEFAULT_MODEL]
+
+
+# HF config keys that mean a shape model_from_hf_config does not describe (its parameter count
+# and KV cell would be wrong): mixture of experts, MLA, linear attention / hybrid layers,
+# sliding-window pools, a vision tower.
+_UNMODELLED_HF_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "kv_lora_rank",
+                       "linear_num_value_heads", "layer_types", "sliding_window_pattern",
+                       "vision_config", "text_config")
+# Served dtype under --dtype auto: a float32 checkpoint is served in float16
+# (configs/model_config.py _get_and_verify_dtype).
+_HF_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 2}
+
+
+def model_from_hf_config(hf, name=None):
+    """A catalog-shaped entry for a dense decoder-only model (Llama, Mistral, Qwen2/3) given as
+    its HF ``config.json`` dict, so memory.plan can size a model that is not in CATALOG (a tiny
+    random-weight model on a real GPU, compared against the real server's start-up log).
+
+    ``params`` counts what SGLang allocates for the checkpoint: embedding, lm_head (unless
+    tied), q/k/v/o (+ biases), gate/up/down, the norms. A model used as a draft
+    (``--speculative-draft-model-path``) is loaded whole and gives the KV pool every layer
+    (0.5.17 spec_aux_hidden_state.py _resolve_eagle_aux_hidden_state: num_nextn_predict_layers,
+    else max(num_hidden_layers, num_attention_layers)), so ``draft_params`` / ``draft_kv_layers``
+    are the whole model unless the config names MTP layers. Raises ValueError for a shape it does
+    not describe (MoE, MLA, hybrid/linear attention, sliding window, multimodal) rather than
+    return a wrong plan.
+    """
+    bad = [k for k in _UNMODELLED_HF_KEYS if hf.get(k)]
+    if bad:
+        raise ValueError("model_from_hf_config models dense decoder-only attention only; this "
+                         "config has %s" % ", ".join(bad))
+    hidden = hf["hidden_size"]
+    layers = hf["num_hidden_layers"]
+    heads = hf["num_attention_heads"]
+    kv_heads = hf.get("num_key_value_heads") or heads
+    head_dim = hf.get("head_dim") or hidden // heads
+    inter = hf["intermediate_size"]
+    vocab = hf["vocab_size"]
+    archs = hf.get("architectures") or ["LlamaForCausalLM"]
+    qkv_bias = bool(hf.get("attention_bias")) or archs[0] == "Qwen2ForCausalLM"
+    mlp_bias = bool(hf.get("mlp_bias"))
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attn = hidden * (q + 2 * kv) + q * hidden + ((q + 2 * kv) if qkv_bias else 0)
+    attn += hidden if hf.get("attention_bias") else 0  # o_proj bias (Llama attention_bias)
+    if archs[0] == "Qwen3ForCausalLM":
+        attn += 2 * head_dim  # q_norm, k_norm
+    mlp = 3 * hidden * inter + ((2 * inter + hidden) if mlp_bias else 0)
+    per_layer = attn + mlp + 2 * hidden  # input / post-attention RMSNorm
+    embed = vocab * hidden
+    lm_head = 0 if hf.get("tie_word_embeddings", False) else vocab * hidden
+    params = embed + lm_head + layers * per_layer + hidden  # + final norm
+    dtype = hf.get("torch_dtype") or hf.get("dtype") or "bfloat16"
+    if dtype not in _HF_DTYPE_BYTES:
+        raise ValueError("model_from_hf_config: unsupported dtype %r" % dtype)
+    mtp = hf.get("num_nextn_predict_layers")
+    return {
+        "name": name or hf.get("_name_or_path") or archs[0],
+        "architectures": archs,
+        "model_type": hf.get("model_type", "llama"),
+        "params": params,
+        "draft_params": params if not mtp else mtp * per_layer,
+        "draft_kv_layers": mtp or layers,
+        "dtype_bytes": _HF_DTYPE_BYTES[dtype],
+        "context_length": hf.get("max_position_embeddings", 4096),
+        "full_attn_layers": layers,
+        "linear_attn_layers": 0,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "hybrid": False,
+    }

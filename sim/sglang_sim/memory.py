@@ -120,11 +120,15 @@ def weights_mib(model, tp_size, speculative, draft_model=None):
     return target, draft
 
 
-def kv_bytes_per_token(model, tp_size, kv_cache_dtype, speculative):
+def kv_bytes_per_token(model, tp_size, kv_cache_dtype, speculative, draft_model=None):
     """KV bytes per token per rank: pool_configurator.py DefaultPoolConfigurator (full-attention
-    layers of a hybrid model only; EAGLE/MTP adds the draft's layer at the same cell size)."""
+    layers of a hybrid model only). EAGLE/STANDALONE add the draft's layers at the same cell size:
+    the draft's ``draft_kv_layers`` (spec_aux_hidden_state.py eagle_draft_num_layers:
+    num_nextn_predict_layers, else every layer of a draft checkpoint), 1 for a catalog entry,
+    whose draft is its MTP head."""
     heads = max(1, model["kv_heads"] // tp_size)
-    layers = model["full_attn_layers"] + (1 if speculative else 0)
+    draft_layers = (draft_model or model).get("draft_kv_layers", 1) if speculative else 0
+    layers = model["full_attn_layers"] + draft_layers
     return layers * heads * model["head_dim"] * 2 * KV_DTYPE_BYTES[kv_cache_dtype]
 
 
@@ -299,7 +303,8 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None
             frac=frac, suggested=math.ceil(minimum * 1000) / 1000, minimum=minimum), p)
 
     # pool_configurator.py DefaultPoolConfigurator.calculate_pool_sizes (page_size 1 unless set).
-    per_tok = kv_bytes_per_token(model, tp, args.get("kv_cache_dtype", "auto"), spec)
+    per_tok = kv_bytes_per_token(model, tp, args.get("kv_cache_dtype", "auto"), spec,
+                                 draft_model)
     page = args.get("page_size") or 1
     tokens = int(rest_gb * GIB) // per_tok // page * page
     p["kv_bytes_per_token"] = per_tok
