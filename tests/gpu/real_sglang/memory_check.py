@@ -286,7 +286,8 @@ def _meta_entry(meta, name):
     """meta.json: {"<log name>": {"argv": [...]}} or the same under "launches", keyed by the log's
     file name or stem; {"argv": {...}} per name; or one {"argv": [...]} for every launch."""
     stem = os.path.splitext(name)[0]
-    for table in (meta.get("launches"), meta, meta.get("argv") if isinstance(meta.get("argv"), dict) else None):
+    per_name_argv = meta.get("argv") if isinstance(meta.get("argv"), dict) else None
+    for table in (meta.get("launches"), meta, per_name_argv):
         if isinstance(table, dict):
             for key in (name, stem):
                 if key in table and key not in ("argv", "launches"):
