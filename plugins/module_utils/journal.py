@@ -14,7 +14,9 @@ crash leaves several symptoms in one journal and the *cause* comes first in this
 ``bad_args``
     argparse rejected the command line (``usage: sglang serve``, ``error: unrecognized
     arguments``, ``ambiguous option``, ``invalid choice``), or startup validation refused a
-    combination (unknown speculative algorithm, trtllm_mha with topk > 1). Fix the unit.
+    combination (unknown speculative algorithm, trtllm_mha with topk > 1, a ``--context-length``
+    above the model's derived one: ``configs/model_config.py`` ``_derive_context_length``, the
+    same text in 0.5.17 and 0.5.23, seen on an H200). Fix the unit.
 ``port_in_use``
     the HTTP port is taken (uvicorn's ``[Errno 98]`` / ``address already in use``, or
     ``<name> at <port> is not available in <n> seconds`` from ``utils/network.py``). The info
@@ -30,6 +32,14 @@ crash leaves several symptoms in one journal and the *cause* comes first in this
     ``--model-path`` names no local folder and no model in the node's cache: the model config
     load at startup (srt/utils/hf_transformers/config.py ``get_config`` -> transformers
     ``AutoConfig.from_pretrained``) raises before any GPU work.
+``install_broken``
+    the install is incomplete: a module SGLang imports on its start path is missing
+    (``ModuleNotFoundError: No module named``; SGLang's own ``Ignore import error when loading``
+    lines for optional model files do not count), a shared library will not load, or FlashInfer's
+    kernel JIT cannot build (``Ninja build failed``: no host compiler, no nvcc, or the package's
+    sources missing). Both seen on an H200 with a partial 0.5.17 install: the draft worker's
+    graph capture imports DeepGEMM, the RMSNorm layer JIT-builds FlashInfer's norm kernel at the
+    first start. Re-run the install role; no setting fixes it.
 ``cuda_graph_capture``
     ``Capture cuda graph failed`` (or an OOM while a capture was in progress). Fix: smaller
     cuda-graph max batch size, lower mem fraction, fewer speculative steps.
@@ -67,6 +77,7 @@ FAILURE_CLASSES = (
     "bad_args",
     "port_in_use",
     "model_missing",
+    "install_broken",
     "timeout",
     "unknown",
 )
@@ -101,6 +112,8 @@ _RULES = (
         re.compile(r"error: the following arguments are required:"),
         re.compile(r"Unknown speculative algorithm name"),
         re.compile(r"trtllm_mha backend only supports topk = 1"),
+        # raised, not the warning SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 logs and goes on from
+        re.compile(r"ValueError: Warning: .*context_length \(\d+\) is greater than the derived"),
     )),
     ("port_in_use", (
         re.compile(r"\[Errno 98\]"),
@@ -122,6 +135,11 @@ _RULES = (
         re.compile(r"RuntimeError: Failed to get GPU memory capacity from nvidia-smi"),
     )),
     ("model_missing", _MODEL_MISSING),
+    ("install_broken", (
+        re.compile(r"ModuleNotFoundError: No module named "),
+        re.compile(r"ImportError: .*cannot open shared object file"),
+        re.compile(r"RuntimeError: Ninja build failed"),
+    )),
     ("cuda_graph_capture", (
         re.compile(r"Capture cuda graph failed", _I),
     )),
@@ -183,6 +201,10 @@ HINTS = {
     "model_missing": "SGLang found no model at sglang_service_model_path: copy the weights there "
                      "(a folder with config.json) or put the model in the service user's Hugging "
                      "Face cache (nodes are offline), or fix the path.",
+    "install_broken": "The SGLang install on the node is incomplete (a module it imports is "
+                      "missing, a library does not load, or FlashInfer's kernel JIT cannot build): "
+                      "re-run the install role (playbooks/install.yml), check the host C++ "
+                      "compiler (g++) and that the unit's CUDA_HOME has nvcc.",
     "timeout": "The server did not become ready in time: raise the wait timeout, or look for a "
                "hang (health answers but no tokens are generated).",
     "unknown": "No known failure pattern in the journal: read the journal tail.",

@@ -25,7 +25,8 @@ description:
     restarts seen while waiting), takes the first invocation whose journal names a cause
     (later crashes of a crash loop often show only a consequence, such as a CUDA OOM caused by the
     first try's orphans) and classifies the failure as V(oom_weights), V(oom_hybrid_state), V(oom_kv_cache),
-    V(cuda_graph_capture), V(cuda_oom), V(no_gpu), V(bad_args), V(port_in_use), V(timeout) or V(unknown),
+    V(cuda_graph_capture), V(cuda_oom), V(no_gpu), V(bad_args), V(port_in_use), V(model_missing),
+    V(install_broken), V(timeout) or V(unknown),
     and returns the journal tail.
   - With O(fail_on_error=false) a failure is returned as data (RV(ready=false) and the class) instead
     of failing the task; a tuning loop uses that to record the failure and go on.
@@ -143,7 +144,7 @@ failure_class:
   description:
     - Why the server did not become ready; V(null) when ready. One of V(oom_weights),
       V(oom_hybrid_state), V(oom_kv_cache), V(cuda_graph_capture), V(cuda_oom), V(no_gpu),
-      V(bad_args), V(port_in_use), V(timeout), V(unknown).
+      V(bad_args), V(port_in_use), V(model_missing), V(install_broken), V(timeout), V(unknown).
   returned: always
   type: str
   sample: oom_kv_cache

@@ -44,7 +44,8 @@ dl "$work/deps" \
   typing-inspection==0.4.5 python-multipart==0.0.34 pyzmq==27.3.0 setproctitle==1.3.8 \
   uvicorn==0.55.0 watchfiles==1.3.0 xgrammar==0.2.1 zstandard==0.25.0 dill==0.4.1 \
   flashinfer-python==0.6.15.post1 apache-tvm-ffi==0.1.11 cuda-tile==1.7.0 nccl4py==0.6.0 \
-  datasets==5.2.0 multiprocess==0.70.19 gguf==0.19.0 soundfile==0.13.1 cffi==2.1.1 pycparser==2.23 \
+  jsonschema==4.26.0 referencing==0.37.0 rpds-py==2026.9.1 jsonschema-specifications==2025.9.1 \
+  datasets==5.2.0 multiprocess==0.70.19 sgl-deep-gemm==0.1.5.post1 gguf==0.19.0 soundfile==0.13.1 cffi==2.1.1 pycparser==2.23 \
   ipython==9.18.1 traitlets==5.16.1 stack-data==0.6.3 pure-eval==0.2.4 asttokens==3.0.2 \
   executing==2.3.0 prompt-toolkit==3.0.53 wcwidth==0.9.4 pexpect==4.9.0 ptyprocess==0.7.0 \
   matplotlib-inline==0.2.2 jedi==0.20.1 parso==0.8.7 ipython-pygments-lexers==1.1.1
@@ -62,11 +63,24 @@ rm -f "$kern"/sgl_kernel/flash_ops.abi3.so "$kern"/sgl_kernel/infllm_ops*.so \
       "$kern"/sgl_kernel/flashmla_ops.abi3.so "$kern"/sgl_kernel/sm100/common_ops.abi3.so
 cp -r "$kern"/sgl_kernel "$kern"/triton_kernels "$kern"/sglang_kernel-0.4.5.dist-info "$site"/
 rm -rf "$site"/xgrammar/lib/libxgrammar.a "$site"/sglang/multimodal_gen "$site"/jedi/third_party
-# FlashInfer's data/ is the CUDA source and CUTLASS headers its JIT compiles from; the checks run
-# no FlashInfer kernel (triton attention, pytorch sampling), only import it.
-rm -rf "$site"/flashinfer/data
+# FlashInfer's data/ is what its JIT compiles from. 0.5.17's RMSNorm is FlashInfer's, JIT-built
+# with the machine's nvcc at the first start (seen on the H200): keep its own sources and headers,
+# leave out the CUTLASS and CCCL copies (62 MB) that only the GEMM/MoE/attention kernels include.
+rm -rf "$site"/flashinfer/data/cutlass "$site"/flashinfer/data/cccl
 find "$site" -name __pycache__ -prune -exec rm -rf {} +
-tar -C "$site" -cf - . | xz -T2 -6 > "$out/site.tar.xz.part"
-mv "$out/site.tar.xz.part" "$out/site.tar.xz"
-ls -l "$out/site.tar.xz"
-echo "bundle: carry .cache/real-sglang/site.tar.xz; unpack there with: mkdir -p /tmp/site && xz -dc site.tar.xz | tar -C /tmp/site -xf -"
+# Two tarballs, because together they exceed what one call carries (64 MiB with the checkout):
+# site.tar.xz (Python side) on the first call, kernels.tar.xz (sgl_kernel, DeepGEMM - imported by
+# the speculative worker's graph capture - and FlashInfer's JIT sources) on the next one, while the
+# machine is still warm; device.sh setup unpacks whichever has not been unpacked yet.
+ksite=$work/kernels-site
+rm -rf "$ksite" && mkdir -p "$ksite/flashinfer"
+mv "$site"/sgl_kernel "$site"/triton_kernels "$site"/sglang_kernel-0.4.5.dist-info "$site"/deep_gemm \
+   "$site"/sgl_deep_gemm-*.dist-info "$ksite"/
+mv "$site"/flashinfer/data "$ksite"/flashinfer/
+for name in site kernels; do
+  dir=$site; [[ $name == kernels ]] && dir=$ksite
+  tar -C "$dir" -cf - . | xz -T2 -6 > "$out/$name.tar.xz.part"
+  mv "$out/$name.tar.xz.part" "$out/$name.tar.xz"
+done
+ls -l "$out"/*.tar.xz
+echo "bundle: carry .cache/real-sglang/site.tar.xz in one call, .cache/real-sglang/kernels.tar.xz in the next"

@@ -33,7 +33,7 @@ log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 step_setup() {
   local t t0
-  for t in "$root"/.cache/real-sglang/site.tar.xz; do
+  for t in "$root"/.cache/real-sglang/*.tar.xz; do
     [[ -f $SITE/.unpacked.$(basename "$t") ]] && continue
     t0=$SECONDS
     mkdir -p "$SITE" && xz -T0 -dc "$t" | tar -C "$SITE" -xf - \
@@ -157,6 +157,28 @@ step_failures() {
     --speculative-draft-model-path "$RS/models/target" --speculative-num-steps 3 \
     --speculative-eagle-topk 1 --speculative-num-draft-tokens 2; stop
   for f in "$res"/fail_*.log; do echo "--- $(basename "$f")"; grep -E "Error|error|Exception|memory|usage:" "$f" | tail -n 4; done
+}
+
+# A port held by another process when the server starts.
+step_failport() {
+  python3 -c "import socket,time; s=socket.socket(); s.bind(('127.0.0.1', $PORT)); s.listen(); time.sleep(300)" &
+  local holder=$!
+  sleep 1; RS_READY_TIMEOUT=150 start fail_port_in_use "${BASE_ARGS[@]}"; stop
+  kill "$holder" 2>/dev/null
+  grep -E "Errno|address|port" "$res/fail_port_in_use.log" | tail -n 3
+}
+
+# The collection's search over steps 1..8 with the self-draft, restarting the real server per
+# candidate (tune_real.py); stopped by TERM after RS_TUNE_SECONDS, resumable from its JSON.
+step_tune() {
+  local strategy=${RS_TUNE_STRATEGY:-adaptive}
+  timeout -s TERM "${RS_TUNE_SECONDS:-300}" python3 "$here/tune_real.py" \
+    --server-args "--model-path $RS/models/target --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static ${RS_MEM_FRACTION:-0.5} --cuda-graph-max-bs-decode 32 --context-length 4096" \
+    --algorithm STANDALONE --draft "$RS/models/target" --strategy "$strategy" --steps "${RS_STEPS:-1-8}" \
+    --levels 1 --bench-prompt-format text --bench-input-len 256 --bench-output-len 128 \
+    --bench-requests 8 --ready-timeout 240 --python python3 --port "$PORT" \
+    --relaunch-noise "${RS_NOISE:-0}" --out "$res/tune_$strategy.json" --log-dir "$res/logs_$strategy" \
+    $([[ -f $res/tune_$strategy.json ]] && echo --resume "$res/tune_$strategy.json")
 }
 
 pack() {

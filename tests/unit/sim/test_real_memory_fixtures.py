@@ -33,6 +33,9 @@ _spec.loader.exec_module(mc)
 
 # Sim vs real, (sim - real) / real. Placeholders: decide once the real numbers are in.
 REL_TOL_WEIGHTS = 0.05        # parameter count from config.json vs torch's measured load
+# On the H200 a 0.2986 GiB Llama logged "mem usage=0.32 GB" (torch's delta over the load: the
+# parameters plus ~20 MiB of allocator and rotary buffers); for a tiny model that is 7 %.
+ABS_TOL_WEIGHTS_GB = 0.03
 REL_TOL_KV_TOKENS = 0.05      # budget formula; the sim's context/driver constants are guesses
 REL_TOL_KV_GB = 0.05          # target pool bytes (tokens x cell)
 ABS_TOL_RUNNING_REQUESTS = 0  # resolve_max_num_reqs is integer arithmetic: exact
@@ -215,15 +218,20 @@ def test_real_log_parses_completely(log, results):
     real = results[log]["real"]
     if real["failure"]:
         pytest.skip("%s failed at start-up (%s): nothing to size" % (log, real["failure"]["kind"]))
-    for key in ("max_total_num_tokens", "max_running_requests", "context_len", "chunked_prefill_size",
-                "available_gpu_mem_gb", "avail_before_kv_gb"):
-        assert key in real, key
+    # A start that died after its pools (the deep_gemm import in the draft's graph capture on
+    # the H200) never logs the scheduler's summary: its pools are still worth checking.
+    summary = "max_total_num_tokens" in real
+    if summary:
+        for key in ("max_running_requests", "context_len", "chunked_prefill_size",
+                    "available_gpu_mem_gb", "avail_before_kv_gb"):
+            assert key in real, key
     roles = ("target", "draft") if results[log]["args"].get("speculative_algorithm") else ("target",)
     for role in roles:
         for key in ("load_begin_avail_gb", "weights_gb", "avail_after_weights_gb", "kv_tokens",
                     "k_gb", "v_gb", "kv_gb", "pool_end_avail_gb"):
             assert key in real[role], (role, key)
-        assert real[role]["kv_tokens"] == real["max_total_num_tokens"]
+        if summary:
+            assert real[role]["kv_tokens"] == real["max_total_num_tokens"]
     assert real["target"].get("graphs"), "no graph capture line"
     args = results[log]["args"]
     # The logged ServerArgs already holds the hook's 48; a typed argv holds no flag.
@@ -250,7 +258,11 @@ def test_sim_agrees_with_real(log, quantity, tol, results):
     row = _row(res, quantity)
     if row["real"] is None and quantity.endswith("(draft)"):
         pytest.skip("no draft in %s" % log)
-    assert row["rel_diff"] is not None and abs(row["rel_diff"]) <= tol, row
+    assert row["rel_diff"] is not None, row
+    if quantity.startswith("weights"):
+        assert abs(row["rel_diff"]) <= tol or abs(row["sim"] - row["real"]) <= ABS_TOL_WEIGHTS_GB, row
+    else:
+        assert abs(row["rel_diff"]) <= tol, row
 
 
 @pytest.mark.parametrize("log", _fixture_logs())
@@ -259,4 +271,9 @@ def test_sim_running_request_cap_matches(log, results):
     if res["real"]["failure"] or "error" in res["sim"]:
         pytest.skip("%s: real %s / sim %s" % (log, res["real"]["failure"], res["sim"].get("error")))
     row = _row(res, "running-request cap")
-    assert abs(row["sim"] - row["real"]) <= ABS_TOL_RUNNING_REQUESTS, row
+    real = row["real"]
+    if real is None:
+        # died before the summary: the speculative hook's reset line is the cap it was given
+        assert res["real"]["reset_to_48"], "%s logged neither the summary nor the 48 reset" % log
+        real = 48
+    assert abs(row["sim"] - real) <= ABS_TOL_RUNNING_REQUESTS, row
