@@ -137,7 +137,8 @@ step_bench() {
   start bench_steps3 "${BASE_ARGS[@]}" "${SPEC_SELF[@]}" --speculative-num-steps 3 \
     --speculative-num-draft-tokens 4 || { stop; return 1; }
   python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" --tokenizer "$RS/models/target" \
-    --model "$RS/models/target" --levels "${RS_LEVELS:-1,8,32}" --out "$res/bench" --label steps3
+    --model "$RS/models/target" --levels "${RS_LEVELS:-1,8,32}" --out "$res/bench" --label steps3 \
+    ${RS_BENCH_OPTS:-}
   stop
 }
 
