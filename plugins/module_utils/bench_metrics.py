@@ -200,6 +200,44 @@ def request_times(rec):
     return {"tpot": tpot, "decode_tps": decode_tps, "itl": itl, "chunk_gaps": gaps}
 
 
+# ---------------------------------------------------------------- accepted-length histogram
+def add_histograms(hists):
+    """Sum per-request histograms of different lengths. SGLang 0.5.23 grows each request's list
+    only as far as the largest count seen (srt/managers/schedule_batch.py
+    ``update_spec_correct_drafts_histogram``), so lists of one level differ in length."""
+    out = []
+    for h in hists:
+        for i, v in enumerate(h):
+            if i >= len(out):
+                out.append(0)
+            out[i] += int(v)
+    return out
+
+
+def accept_lengths_by_depth(hist):
+    """Accept length each shallower chain depth would have had, from one launch's histogram.
+
+    ``hist[j]`` counts verify rounds in which exactly j draft tokens were correct (bonus token
+    excluded). A chain draft (topk 1) proposes the same first k tokens at depth k as at any
+    deeper depth, so a round with j correct drafts at the launched depth would have accepted
+    min(j, k) at depth k, plus the bonus token. Returns ``{k: mean(min(j, k) + 1)}`` for k = 1 ..
+    len(hist) - 1 (string keys, as the facts reach Ansible), or None without a histogram.
+
+    The model behind it: where a round starts does not change the draft's per-position
+    acceptance (it would if acceptance depended on how far into the output the round starts and
+    the rounds of the two depths started at systematically different places); the mean is per
+    verify round, as SGLang's own accept length (completion tokens / verify rounds) is, less the
+    first token, which comes from the prefill and no round.
+    """
+    if not hist:
+        return None
+    rounds = float(sum(hist))
+    if rounds <= 0:
+        return None
+    return dict((str(k), sum(n * (min(j, k) + 1) for j, n in enumerate(hist)) / rounds)
+                for k in range(1, len(hist)))
+
+
 # ---------------------------------------------------------------- steady state
 def steady_state(records, concurrency, ratio=0.9, bridge=0.005):
     """Output throughput over the longest interval with >= ceil(ratio * concurrency) requests in
@@ -312,6 +350,9 @@ def level_metrics(records, duration, concurrency, time_scale=1.0, steady_ratio=0
         m["request_accept_length"] = sum(v[0] for v in verify) / float(sum(v[1] for v in verify))
     else:
         m["request_accept_length"] = mean(accepts)
+    hists = [r["spec_hist"] for r in ok if r.get("spec_hist")]
+    m["accept_histogram"] = add_histograms(hists) if hists else None
+    m["accept_length_by_depth"] = accept_lengths_by_depth(m["accept_histogram"])
     groups = error_groups(failed)
     m["errors"] = dict((g["key"], g["count"]) for g in groups)
     m["error_groups"] = [dict((k, g[k]) for k in ("status", "message", "count")) for g in groups]

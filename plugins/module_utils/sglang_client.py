@@ -308,6 +308,9 @@ class GenerateStream:
             svc = meta.get("spec_verify_ct")
             if svc is not None:
                 rec["spec_verify_ct"] = svc
+            hist = meta.get("spec_correct_drafts_histogram")
+            if isinstance(hist, list):
+                rec["spec_hist"] = hist
 
 
 class OpenAIStream:
@@ -772,7 +775,8 @@ def build_payload(endpoint, prompt, output_len, temperature, ignore_eos, model=N
 def new_record():
     return {"ok": False, "error": None, "start": None, "ttft": None, "e2e": None,
             "output_tokens": 0, "prompt_tokens": None, "chunks": [],
-            "spec_accept_length": None, "spec_verify_ct": None, "asked_output_len": None}
+            "spec_accept_length": None, "spec_verify_ct": None, "spec_hist": None,
+            "asked_output_len": None}
 
 
 def make_handler(endpoint, rec):

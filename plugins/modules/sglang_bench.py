@@ -376,6 +376,21 @@ levels:
         - Compare it with C(total_output_tokens).
       type: float
     request_accept_length: {description: "Token-weighted accept length from the requests' meta_info.", type: float}
+    accept_histogram:
+      description:
+        - Verify rounds by the number of correct draft tokens in them (index 0 = none, bonus token
+          excluded), summed over the level's requests from C(/generate) C(meta_info.spec_correct_drafts_histogram).
+        - Null on the OpenAI endpoints, where SGLang 0.5.23 returns it only to a request that sets
+          C(return_spec_tokens_details), and without speculative decoding.
+      type: list
+      elements: int
+    accept_length_by_depth:
+      description:
+        - Accept length each chain depth up to the launched one would have had, from C(accept_histogram)
+          (a round with j correct drafts accepts min(j, k) + 1 tokens at depth k; topk 1 drafts propose
+          the same first k tokens at every depth). Keys are depths as strings.
+        - Per verify round; SGLang's own accept length also counts the prefill's first token.
+      type: dict
     server_accept_length_before: {description: "/server_info avg_spec_accept_length before the level.", type: float}
     server_accept_length_after: {description: "/server_info avg_spec_accept_length after the level.", type: float}
     client_cpu_fraction: {description: "Benchmark process CPU time / wall time during the level (1.0 = one core busy).", type: float}

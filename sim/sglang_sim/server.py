@@ -577,7 +577,10 @@ class Server(object):
                     m["spec_num_proposed_drafts"] = proposed
                     m["spec_verify_ct"] = req.verify_ct
                 if any(req.hist):
-                    m["spec_correct_drafts_histogram"] = list(req.hist)
+                    # 0.5.23 grows the list only to the largest count seen
+                    # (schedule_batch.py update_spec_correct_drafts_histogram): no trailing zeros
+                    last = max(i for i, n in enumerate(req.hist) if n)
+                    m["spec_correct_drafts_histogram"] = list(req.hist[:last + 1])
         return m
 
     def _generate_out(self, req):

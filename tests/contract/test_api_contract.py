@@ -416,3 +416,22 @@ def test_server_info_state_shapes(wheel):
     metrics = wheel("srt/observability/metrics_collector.py")
     assert 'name="sglang:graph_memory_usage_gb"' in metrics
     assert 'labelnames=list(labels.keys()) + ["phase"]' in metrics
+
+
+# ---------------------------------------------------------------- accepted-length histogram
+def test_correct_drafts_histogram_shape(wheel):
+    """What sglang_bench reads for accept_length_by_depth: /generate meta_info carries each
+    request's spec_correct_drafts_histogram (tokenizer_manager.py), index = correct drafts in a
+    verify round, grown only as far as the largest count seen (schedule_batch.py
+    update_spec_correct_drafts_histogram); the OpenAI endpoints pass it only inside
+    spec_tokens_details, which a request must ask for (return_spec_tokens_details)."""
+    tm = wheel("srt/managers/tokenizer_manager.py")
+    assert 'meta_info["spec_correct_drafts_histogram"] = (' in tm
+    upd = ast.unparse(_method(_top(_tree(wheel, "srt/managers/schedule_batch.py"), "Req"),
+                              "update_spec_correct_drafts_histogram"))
+    assert _has(upd, "if len(self.spec_correct_drafts_histogram) <= num_correct_drafts:")
+    assert _has(upd, "self.spec_correct_drafts_histogram[num_correct_drafts] += 1")
+    utils = wheel("srt/entrypoints/openai/utils.py")
+    assert '"spec_correct_drafts_histogram",' in utils
+    assert "return_spec_tokens_details: bool = False" in wheel("srt/entrypoints/openai/protocol.py")
+    # the sim's lists have the same shape: tests/integration/sim/test_sim_e2e.py _check_stream

@@ -292,3 +292,42 @@ def test_level_output_and_prompt_lengths():
     assert m["output_tokens_per_request"] == 3.0 and m["output_len_asked"] == 4.0
     assert m["short_outputs"] == 1 and m["prompt_tokens_per_request"] == 99.0
     assert m["finish_reasons"] == {"length": 1, "stop": 1}
+
+
+# ------------------------------------------------------------------ accepted-length histogram
+def test_accept_lengths_by_depth_by_hand():
+    # 10 rounds at depth 3: 2 with no correct draft, 3 with one, 1 with two, 4 with all three
+    hist = [2, 3, 1, 4]
+    by = bm.accept_lengths_by_depth(hist)
+    assert by == {"1": pytest.approx((2 * 1 + 8 * 2) / 10.0),
+                  "2": pytest.approx((2 * 1 + 3 * 2 + 5 * 3) / 10.0),
+                  "3": pytest.approx((2 * 1 + 3 * 2 + 1 * 3 + 4 * 4) / 10.0)}
+    assert bm.accept_lengths_by_depth(None) is None
+    assert bm.accept_lengths_by_depth([0, 0]) is None
+
+
+def test_accept_lengths_by_depth_are_concave_whatever_the_histogram():
+    # each extra depth adds P(J >= k), which never grows: non-decreasing and concave
+    rnd = random.Random(7)
+    for dummy in range(200):
+        hist = [rnd.randint(0, 50) for _j in range(rnd.randint(2, 12))]
+        by = bm.accept_lengths_by_depth(hist)
+        if by is None:
+            continue
+        vals = [1.0] + [by[str(k)] for k in range(1, len(hist))]
+        steps = [b - a for a, b in zip(vals, vals[1:])]
+        assert all(s >= -1e-12 for s in steps)
+        assert all(b <= a + 1e-12 for a, b in zip(steps, steps[1:]))
+        top = sum(n * (j + 1) for j, n in enumerate(hist)) / float(sum(hist))
+        assert vals[-1] == pytest.approx(top)
+
+
+def test_level_metrics_sums_histograms_of_different_lengths():
+    recs = [dict(_rec(0.0, 0.1, 1.1, 101), spec_hist=[1, 2]),
+            dict(_rec(0.0, 0.1, 1.1, 101), spec_hist=[0, 0, 0, 3]),
+            _rec(0.0, 0.1, 1.1, 101)]
+    m = bm.level_metrics(recs, duration=1.1, concurrency=3)
+    assert m["accept_histogram"] == [1, 2, 0, 3]
+    assert m["accept_length_by_depth"]["3"] == pytest.approx((1 + 4 + 12) / 6.0)
+    plain = bm.level_metrics([_rec(0.0, 0.1, 1.1, 101)], duration=1.1, concurrency=1)
+    assert plain["accept_histogram"] is None and plain["accept_length_by_depth"] is None

@@ -116,12 +116,14 @@ def test_generate_stream_counts_cumulative_tokens_per_chunk():
     h.event(_gen_event(1), 1.0)
     h.event(_gen_event(1), 1.05)  # no new token (e.g. a text-only update): not a chunk
     h.event(_gen_event(4), 1.1)
-    h.event(_gen_event(7, True, spec_verify_ct=2, spec_accept_length=3.5), 1.2)
+    h.event(_gen_event(7, True, spec_verify_ct=2, spec_accept_length=3.5,
+                       spec_correct_drafts_histogram=[0, 0, 2]), 1.2)
     h.event(b"[DONE]", 1.2)
     assert h.done and h.error is None
     assert rec["chunks"] == [(1.0, 1), (1.1, 3), (1.2, 3)]
     assert rec["output_tokens"] == 7 and rec["prompt_tokens"] == 4
     assert rec["spec_verify_ct"] == 2 and rec["spec_accept_length"] == 3.5
+    assert rec["spec_hist"] == [0, 0, 2]
 
 
 @pytest.mark.parametrize("data,needle", [
