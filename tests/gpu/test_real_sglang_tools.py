@@ -26,7 +26,6 @@ SIM = ROOT / "sim"
 TIME_SCALE = "0.02"
 
 
-
 def _load_tune_real():
     """tune_real.py by path (its directory is no package); it loads server.py the same way."""
     spec = importlib.util.spec_from_file_location("real_sglang_tune_real", TOOL)
@@ -130,7 +129,7 @@ def test_adaptive_sweep_resume_and_noise(sim_env, tmp_path):
     assert again["launches"] == 0 and all(a.get("resumed") for a in again["attempts"])
     assert again["winner"]["key"] == doc["winner"]["key"]
     before = out_s.read_bytes()
-    rc, text, _ = _tune(sim_env, tmp_path, out_s, "--strategy", "adaptive", "--resume", str(out_s))
+    rc, text, dummy = _tune(sim_env, tmp_path, out_s, "--strategy", "adaptive", "--resume", str(out_s))
     assert rc == 2 and "strategy 'sweep' -> 'adaptive'" in text
     assert out_s.read_bytes() == before  # the refused file is left as it was
 

@@ -75,7 +75,7 @@ def theirs(url, endpoint, level, args, out_dir):
            "--seed", str(args.seed), "--output-file", out_file, "--disable-tqdm",
            "--temperature", "0", "--warmup-requests", str(level)]
     t0 = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     wall = round(time.time() - t0, 2)
     with open(os.path.join(out_dir, "bench_serving_%s_c%d.txt" % (endpoint, level)), "w") as f:
         f.write(" ".join(cmd) + "\n\n" + proc.stdout + "\n" + proc.stderr)
@@ -120,8 +120,10 @@ def main():
             b = theirs(args.url, ep, level, args, args.out)
             c = ours(args.url, ep, level, args)
             row = {"endpoint": ep, "concurrency": level, "collection": [a, c], "bench_serving": b}
-            mean = lambda k: (None if a.get(k) is None or c.get(k) is None
-                              else (a[k] + c[k]) / 2.0)
+
+            def mean(k, runs=(a, c)):
+                vals = [r.get(k) for r in runs]
+                return None if None in vals else sum(vals) / float(len(vals))
             row["diff_pct"] = {k: rel(mean(k), b.get(k)) for k in
                                ("output_throughput", "tpot_ms_mean", "itl_ms_p50", "ttft_ms_mean")}
             row["diff_pct"]["output_throughput_whole"] = rel(mean("output_throughput_whole"),

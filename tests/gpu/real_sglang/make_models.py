@@ -39,7 +39,7 @@ def _corpus(n_words=1500000, seed=0):
     rnd = random.Random(seed)
     syl = ["ka", "lo", "mi", "ne", "su", "ta", "ri", "po", "an", "el", "on", "ur", "is", "em",
            "qu", "th", "st", "ch", "de", "va", "zo", "be", "gi", "ho"]
-    words = ["".join(rnd.choice(syl) for _ in range(rnd.randint(2, 6))) for _ in range(60000)]
+    words = ["".join(rnd.choice(syl) for dummy in range(rnd.randint(2, 6))) for dummy in range(60000)]
     line = []
     for i in range(n_words):
         line.append(rnd.choice(words))

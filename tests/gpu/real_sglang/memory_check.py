@@ -373,7 +373,7 @@ def rows_for(parsed, plan):
     if "kv_gb" in t:
         real_kv = t["kv_gb"] + d.get("kv_gb", 0.0)
     ok = plan is not None and "error" not in plan
-    g = (lambda k: plan.get(k)) if ok else (lambda k: None)
+    g = plan.get if ok else (lambda k: None)
     return [
         ("free before weights GB", t.get("load_begin_avail_gb"), _gb(g("avail_begin_mib"))),
         ("weights GB (target)", t.get("weights_gb"), _gb(g("weights_mib"))),

@@ -40,7 +40,6 @@ import time
 import traceback
 
 
-
 def _load_server():
     """server.py, loaded from its path: this directory is no package, and loading it makes the
     checkout importable as the collection for the imports below."""
@@ -190,7 +189,7 @@ class Tuner:
         os.makedirs(os.path.dirname(os.path.abspath(self.out)), exist_ok=True)
         self.env = dict(os.environ)
         for item in args.env or []:
-            key, _, value = item.partition("=")
+            key, dummy, value = item.partition("=")
             self.env[key] = value
         self.attempts = []
         self.superseded = []
@@ -214,8 +213,9 @@ class Tuner:
                       if (loaded.get("setup") or {}).get(k) != self.setup.get(k))
         if diff:
             raise Abort("%s was measured under another setup (%s differ: %s); not resumed. Give a new --out."
-                        % (path, ", ".join(diff), "; ".join("%s %r -> %r" % (k, (loaded.get("setup") or {}).get(k),
-                                                                            self.setup.get(k)) for k in diff)))
+                        % (path, ", ".join(diff), "; ".join(
+                            "%s %r -> %r" % (k, (loaded.get("setup") or {}).get(k), self.setup.get(k))
+                            for k in diff)))
         plan = mr.mtp_tune_resume_plan(loaded, self.candidates, self.plan["levels"], self.workload, "measure",
                                        self.defaults["mtp_tune_resume_retry_classes"], False)
         self.attempts = plan["attempts"]
@@ -278,8 +278,9 @@ class Tuner:
         t0 = time.time()
         started = now_iso()
         self._wait_port()
-        log = os.path.join(self.log_dir, "%s-%s-%02d-%s-%s.log" % (self.run_id, self.args.strategy, self.launch_no,
-                                                                  purpose, cand["key"]))
+        name = "%s-%s-%02d-%s-%s.log" % (
+            self.run_id, self.args.strategy, self.launch_no, purpose, cand["key"])
+        log = os.path.join(self.log_dir, name)
         server = srv.Server(self.server_argv(cand, nxt.get("overrides")), log, self.args.port, env=self.env,
                             python=self.args.python, module=self.args.server_module)
         print("[%d] %s %s: starting (%s)" % (self.launch_no, purpose, cand["key"], nxt.get("reason")), flush=True)
@@ -357,8 +358,8 @@ class Tuner:
             "levels": self.plan["levels"], "candidates": self.candidates, "setup": self.setup,
             "workload": self.workload, "gpu_baseline_mib": self.baseline_mib,
             "launches": self.search_launches(),
-            "launches_total": self.search_launches() + sum(1 for s in self.noise_runs
-                                                                  if s.get("origin") == "relaunch" and s.get("run") == self.run_id),
+            "launches_total": self.search_launches() + sum(
+                1 for s in self.noise_runs if s.get("origin") == "relaunch" and s.get("run") == self.run_id),
             "attempts": self.attempts, "winner": self.winner(), "relaunch_noise": self.noise_summary(),
             "superseded": self.superseded,
         }
@@ -379,8 +380,9 @@ class Tuner:
             att = self.launch(nxt)
             self.attempts.append(att)
             self.save()
-            print("[%d] %s" % (att["launch"], mt.mtp_tune_progress(att, self.attempts, self.objective, self.level,
-                                                                  None, None, self.noise)), flush=True)
+            progress = mt.mtp_tune_progress(att, self.attempts, self.objective, self.level,
+                                            None, None, self.noise)
+            print("[%d] %s" % (att["launch"], progress), flush=True)
         if self.args.relaunch_noise > 0:
             self.relaunch_noise()
         self.state = "finished"
@@ -406,7 +408,7 @@ class Tuner:
         if not any(s.get("origin") in ("search", "resumed") for s in self.noise_runs):
             self.noise_runs.insert(0, self._sample(first, "resumed" if first.get("resumed") else "search"))
         nxt = {"candidate": first["candidate"], "overrides": {}, "fit_rung": None, "reason": "relaunch noise"}
-        for _ in range(self.args.relaunch_noise):
+        for dummy in range(self.args.relaunch_noise):
             att = self.launch(nxt, purpose="noise")
             self.noise_runs.append(self._sample(att, "relaunch"))
             self.save()

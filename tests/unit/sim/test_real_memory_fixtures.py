@@ -138,10 +138,10 @@ def test_argv_and_meta_lookup():
     one_for_all = {"argv": "--model-path /m/t --mem-fraction-static 0.4"}
     assert mc.launch_args("launch_nospec.log", {}, one_for_all)["mem_fraction_static"] == 0.4
     logged = {"server_args": {"mem_fraction_static": 0.3, "attention_backend": "triton"}}
-    assert mc.launch_args("launch_nospec.log", logged, {}) == {"mem_fraction_static": 0.3,
-                                                                "_source": "server_args line"}
-    assert [mc.launch_key(n)[1] for n in sorted(["launch_steps10.log", "launch_steps2.log",
-                                                   "launch_nospec.log"], key=mc.launch_key)] == [0, 2, 10]
+    want = {"mem_fraction_static": 0.3, "_source": "server_args line"}
+    assert mc.launch_args("launch_nospec.log", logged, {}) == want
+    names = sorted(["launch_steps10.log", "launch_steps2.log", "launch_nospec.log"], key=mc.launch_key)
+    assert [mc.launch_key(n)[1] for n in names] == [0, 2, 10]
 
 
 @pytest.mark.skipif(not (SRC_0517 / "srt").is_dir(), reason="SGLang 0.5.17 source not unpacked")
