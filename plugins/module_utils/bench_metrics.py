@@ -12,7 +12,7 @@ figures compare with bench_serving's output:
   have no TPOT), exactly bench_serving's ``tpot_ms``.
 * ``decode_tps`` (per-request decode rate) = (n - 1) / (e2e - ttft) = 1 / tpot. The first token is
   produced by prefill and arrives at TTFT, so the decode phase produces n - 1 tokens in e2e - ttft.
-  This is the issue's "output tokens / (e2e - TTFT)" with the first token taken out (it equals
+  This is "output tokens / (e2e - TTFT)" with the first token taken out (it equals
   AIPerf's "output token throughput per user"). GuideLLM's and llmperf's per-request tok/s divide
   by the whole e2e (TTFT included) and read lower; do not compare them 1:1.
 * ``itl`` per token: a chunk that carries k new tokens after a gap g contributes k values g / k

@@ -6,7 +6,9 @@
 """Classify why an SGLang server failed to come up, from its journal lines.
 
 Pure functions (no I/O), so they are tested on journal excerpts built from SGLang 0.5.23's own
-messages (see the reference notes, section 4). Stdlib only, Python >= 3.9.
+messages (the rules name the file and function that prints them; tests/contract checks them
+against the wheel) and on what a real server printed (tests/fixtures/real-sglang). Stdlib only,
+Python >= 3.9.
 
 Classes, in the order they are decided (the first class with a matching line wins, because a
 crash leaves several symptoms in one journal and the *cause* comes first in this order):

@@ -16,7 +16,8 @@ whole GPU stack the script says which import failed and falls back to AIPerf
 (`aiperf profile`), installed into the same venv.
 
 Run: .venv/bin/python tests/bench/bench_client.py [--streams 256] [--compare]
-The machine has 2 cores: the server gets core 0 and the client core 1 (taskset), as the issue asks.
+On a 2-core machine the server gets core 0 and the client core 1 (taskset), so neither measures
+the other's load.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""gpu_info and gpu_free on a real NVIDIA node (issue 8). Skips without a working nvidia-smi
+"""gpu_info and gpu_free on a real NVIDIA node. Skips without a working nvidia-smi
 and libcuda. Starts its OWN CUDA processes (libcuda through ctypes, no torch needed), titled
 like SGLang's ranks with `exec -a`, and lets gpu_free signal only those pids (`only_pids`),
 so it is safe on a node where others work; it reads the real /dev/nvidia* but never
