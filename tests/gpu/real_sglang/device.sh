@@ -24,7 +24,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 SGLANG_DISABLE
 # Multi-GPU kinds of the lent machine set these so no program uses NVLink multicast; keep them.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1} \
        NVSHMEM_DISABLE_NVLS=${NVSHMEM_DISABLE_NVLS:-1}
-BASE_ARGS=(--model-path "$RS/models/target" --host 127.0.0.1 --port "$PORT"
+BASE_ARGS=(--model-path "${RS_MODEL:-$RS/models/target}" --host 127.0.0.1 --port "$PORT"
            --attention-backend triton --sampling-backend pytorch --grammar-backend none
            --mem-fraction-static "${RS_MEM_FRACTION:-0.5}" --cuda-graph-max-bs-decode 32
            --context-length 4096)
@@ -56,7 +56,7 @@ EOF
 start() {
   local label=$1; shift
   : > "$out/$label.log"
-  setsid python3 -m sglang.launch_server "$@" >> "$out/$label.log" 2>&1 &
+  setsid python3 -m "${RS_SERVER_MODULE:-sglang.launch_server}" "$@" >> "$out/$label.log" 2>&1 &
   echo $! > "$RS/server.pid"
   local t0=$SECONDS
   while (( SECONDS - t0 < ${RS_READY_TIMEOUT:-300} )); do
@@ -180,6 +180,44 @@ step_tune() {
     --bench-requests 8 --ready-timeout 240 --python python3 --port "$PORT" \
     --relaunch-noise "${RS_NOISE:-0}" --out "$res/tune_$strategy.json" --log-dir "$res/logs_$strategy" \
     $([[ -f $res/tune_$strategy.json ]] && echo --resume "$res/tune_$strategy.json")
+}
+
+# What a crashed SGLang leaves on the GPU, and the unit guard's clean start ending it: start a
+# plain server, SIGKILL its parent only (what an OOM kill or `kill -9` of the main pid does), record
+# which of its processes survive and what the driver still lists, then run the guard the unit runs
+# before every start (roles/service/files/sglang_unit_guard.py, no systemd needed) and time it.
+# Safety: the guard ends only processes titled sglang:: of this user outside any other unit; on
+# the lent machine those are this step's own. The step checks that before running it.
+# Rehearsal on the simulator (no GPU): PYTHONPATH=sim RS_SERVER_MODULE=sglang_sim.launch_server
+# RS_MODEL=Qwen/Qwen3-8B SGLANG_SIM_PROFILE=h200-x1 SGLANG_SIM_ORPHANS=1 SGLANG_SIM_STATE_DIR=D/state
+# SGLANG_SIM_DEV_DIR=D/dev RS_GUARD_ARGS="--dev-dir D/dev --nvidia-smi <sim nvidia-smi wrapper>"
+step_reset() {
+  start reset_nospec "${BASE_ARGS[@]}" || { stop; return 1; }
+  local parent pids t0 t1
+  parent=$(cat "$RS/server.pid")
+  pids=$(ps -o pid= -s "$parent" | tr -d ' ' | sort -n | tr '\n' ' ')
+  ps -o pid=,ppid=,args= -s "$parent" > "$res/reset_1_running.txt"
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv > "$res/reset_1_gpu.csv" 2>&1
+  kill -KILL "$parent"; rm -f "$RS/server.pid"
+  sleep "${RS_RESET_SETTLE:-5}"
+  ps -o pid=,ppid=,args= -s "$parent" > "$res/reset_2_after_kill.txt"
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv > "$res/reset_2_gpu.csv" 2>&1
+  local foreign
+  foreign=$(ps -eo pid=,sid=,args= | awk -v s="$parent" '$3 ~ /^sglang::/ && $2 != s {print $1}')
+  if [[ -n $foreign ]]; then log "reset: sglang:: processes not ours ($foreign): guard not run"; return 1; fi
+  t0=$(date +%s.%N)
+  python3 "$root/roles/service/files/sglang_unit_guard.py" clean-start --unit sglang-rs.service \
+    --state-dir "$RS/guard" --grace 3 --wait 60 ${RS_GUARD_ARGS:-} > "$res/reset_3_guard.txt" 2>&1
+  local rc=$?
+  t1=$(date +%s.%N)
+  # zombies (ended, not yet reaped by whoever adopted them) hold nothing: not counted
+  ps -o pid=,ppid=,stat=,args= -s "$parent" | awk '$3 !~ /^Z/' > "$res/reset_4_left.txt"
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv > "$res/reset_4_gpu.csv" 2>&1
+  python3 "$root/roles/service/files/sglang_unit_guard.py" clean-start --unit sglang-rs.service \
+    --state-dir "$RS/guard" --grace 3 --wait 60 ${RS_GUARD_ARGS:-} > "$res/reset_5_guard_again.txt" 2>&1
+  log "reset: server pids [$pids], after SIGKILL of $parent: $(wc -l < "$res/reset_2_after_kill.txt") left;" \
+      "guard rc $rc in $(python3 -c "print(round($t1 - $t0, 2))") s; left after it: $(wc -l < "$res/reset_4_left.txt")"
+  cat "$res/reset_3_guard.txt" "$res/reset_5_guard_again.txt"
 }
 
 pack() {
