@@ -82,6 +82,7 @@ def parse_stat(text):
             "comm": text[open_at + 1:close_at],
             "state": rest[0],
             "ppid": int(rest[1]),
+            "pgrp": int(rest[2]),
             "starttime": int(rest[19]),
         }
     except ValueError:

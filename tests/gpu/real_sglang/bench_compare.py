@@ -20,21 +20,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
-
-
-def collection_importable():
-    """Make this checkout importable as ansible_collections.blackwell.sglang (as tests/conftest.py
-    does, but in a temporary folder: the GPU machine has no .cache of ours)."""
-    base = tempfile.mkdtemp(prefix="rs-coll-")
-    link = os.path.join(base, "ansible_collections", "blackwell", "sglang")
-    os.makedirs(os.path.dirname(link))
-    os.symlink(ROOT, link)
-    sys.path.insert(0, base)
 
 
 def ours(url, endpoint, level, args):
@@ -111,7 +99,9 @@ def main():
     ap.add_argument("--label", default="")
     ap.add_argument("--out", default=".")
     args = ap.parse_args()
-    collection_importable()
+    sys.path.insert(0, HERE)
+    import server  # pylint: disable=import-outside-toplevel
+    server.import_collection()
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for ep in args.endpoints.split(","):

@@ -81,6 +81,7 @@ import_collection()
 # pylint: disable=wrong-import-position
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal  # noqa: E402
 from ansible_collections.blackwell.sglang.plugins.module_utils import nvidia  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.module_utils import procs  # noqa: E402
 
 READY_LINE = "The server is fired up and ready to roll!"
 PROBE_PROMPT = "The capital of France is"
@@ -102,41 +103,25 @@ def _http(method, url, body=None, timeout=5.0):
         return None, str(exc)
 
 
-def _proc_stat(pid):
-    """(state, ppid, pgrp, session) of a live process, None when gone or a zombie.
-
-    /proc/<pid>/stat puts the command name in parentheses, and it may hold spaces and
-    parentheses itself (SGLang's children set their titles), so split at the last ')'.
-    """
+def _live_stat(pid):
+    """The collection's parse of /proc/<pid>/stat for a live process; None when gone or a zombie
+    (a zombie holds no GPU and no port)."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as fh:
-            text = fh.read().decode("utf-8", "replace")
+            st = procs.parse_stat(fh.read().decode("utf-8", "replace"))
     except OSError:
         return None
-    rest = text[text.rfind(")") + 1:].split()
-    if len(rest) < 4 or rest[0] in ("Z", "X"):
-        return None
-    try:
-        return rest[0], int(rest[1]), int(rest[2]), int(rest[3])
-    except ValueError:
-        return None
+    return None if st is None or st["state"] in ("Z", "X", "x") else st
 
 
 def group_members(pgid):
     """Live pids whose process group is ``pgid``."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        st = _proc_stat(int(name))
-        if st is not None and st[2] == pgid:
-            out.append(int(name))
-    return sorted(out)
+    return [pid for pid in procs.list_pids() if (_live_stat(pid) or {}).get("pgrp") == pgid]
 
 
 def pid_alive(pid):
-    """True while ``pid`` runs (a zombie counts as gone: it holds no GPU and no port)."""
-    return _proc_stat(pid) is not None
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    return procs.is_alive(pid)
 
 
 class Server:
@@ -250,11 +235,10 @@ class Server:
         """Remember every process descended from the server: one that left our group (setsid)
         would escape stop(), and is then reported rather than silently left running."""
         parents = {self.proc.pid}
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                st = _proc_stat(int(name))
-                if st is not None and (st[1] in parents or st[1] in self.descendants):
-                    self.descendants.add(int(name))
+        for pid in procs.list_pids():
+            st = _live_stat(pid)
+            if st is not None and (st["ppid"] in parents or st["ppid"] in self.descendants):
+                self.descendants.add(pid)
 
     def wait_ready(self, timeout, interval=1.0, require_ready_line=True):
         """Wait until the server serves, it dies, its log shows a fatal error, or ``timeout``.

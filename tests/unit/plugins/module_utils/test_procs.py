@@ -169,8 +169,8 @@ def proc_root(tmp_path):
 
 
 def test_parse_stat_handles_parentheses_in_comm():
-    stat = procs.parse_stat("42 (a) b (c)) R 7 " + "0 " * 17 + "555 0\n")
-    assert stat == {"pid": 42, "comm": "a) b (c)", "state": "R", "ppid": 7, "starttime": 555}
+    stat = procs.parse_stat("42 (a) b (c)) R 7 9 " + "0 " * 16 + "555 0\n")
+    assert stat == {"pid": 42, "comm": "a) b (c)", "state": "R", "ppid": 7, "pgrp": 9, "starttime": 555}
     assert procs.parse_stat("") is None
     assert procs.parse_stat("garbage") is None
 
@@ -178,6 +178,7 @@ def test_parse_stat_handles_parentheses_in_comm():
 def test_parse_stat_on_real_self():
     stat = procs.parse_stat(Path("/proc/%d/stat" % os.getpid()).read_text())
     assert (stat["pid"], stat["ppid"], stat["state"]) == (os.getpid(), os.getppid(), "R")
+    assert stat["pgrp"] == os.getpgrp()
     me = procs.read_process(os.getpid())
     assert "pytest" in me["cmdline"] and me["pid"] == os.getpid()
     assert me["starttime"] == stat["starttime"] > 0
