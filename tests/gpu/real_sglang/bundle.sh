@@ -82,5 +82,7 @@ for name in site kernels; do
   tar -C "$dir" -cf - . | xz -T2 -6 > "$out/$name.tar.xz.part"
   mv "$out/$name.tar.xz.part" "$out/$name.tar.xz"
 done
+# The unpacked trees were only the tarballs' input: drop them (the wheels stay for the next build).
+rm -rf "$site" "$ksite" "$kern"
 ls -l "$out"/*.tar.xz
 echo "bundle: carry .cache/real-sglang/site.tar.xz in one call, .cache/real-sglang/kernels.tar.xz in the next"
