@@ -69,23 +69,12 @@ class Abort(Exception):
 
 
 def role_defaults(path=ROLE_DEFAULTS):
-    """The role's top-level defaults that are plain scalars or flow lists.
-
-    Read rather than copied so that a changed role default changes this driver too; PyYAML is
-    not assumed on the GPU machine, and these lines are valid JSON apart from YAML's bare words.
-    """
-    out = {}
+    """The role's defaults (roles/mtp_tune/defaults/main.yml), read rather than copied so that a
+    changed role default changes this driver too. PyYAML is in the controller venv and in the
+    lent GPU machine's image."""
+    import yaml  # pylint: disable=import-outside-toplevel
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.startswith("mtp_tune_") or ":" not in line:
-                continue
-            key, value = line.split(":", 1)
-            value = value.strip()
-            try:
-                out[key] = json.loads(value)
-            except ValueError:
-                out[key] = value.strip("'\"")
-    return out
+        return {k: v for k, v in yaml.safe_load(fh).items() if k.startswith("mtp_tune_")}
 
 
 def parse_steps(text):
