@@ -384,11 +384,15 @@ levels:
           C(return_spec_tokens_details), and without speculative decoding.
       type: list
       elements: int
-    accept_length_by_depth:
+    accept_length_bounds_by_depth:
       description:
-        - Accept length each chain depth up to the launched one would have had, from C(accept_histogram)
-          (a round with j correct drafts accepts min(j, k) + 1 tokens at depth k; topk 1 drafts propose
-          the same first k tokens at every depth). Keys are depths as strings.
+        - "[low, high] accept length each chain depth up to the launched one would have had, from
+          C(accept_histogram) (topk 1 drafts propose the same first k tokens at every depth). Keys are
+          depths as strings."
+        - The interval holds whether a draft token's correctness is set by its place in the output (a
+          draft model reading tokens) or by its place in the round (EAGLE/MTP heads); see
+          C(bench_metrics.accept_length_bounds_by_depth). One round per request of slack each way for the
+          rounds the output limit cuts.
         - Per verify round; SGLang's own accept length also counts the prefill's first token.
       type: dict
     server_accept_length_before: {description: "/server_info avg_spec_accept_length before the level.", type: float}

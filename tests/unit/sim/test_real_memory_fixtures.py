@@ -201,8 +201,14 @@ def test_table_from_synthetic_fixtures(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- real fixtures
 
+# The first captures (plain and steps 3, the failures) and the tune sweep's launches at every
+# depth 1..8 (depths/: each log cut to the lines memory_check reads, the ServerArgs line included).
+FIXTURE_DIRS = (FIXTURES, FIXTURES / "depths")
+
+
 def _fixture_logs():
-    names = mc.launch_logs(str(FIXTURES))
+    names = [os.path.relpath(os.path.join(str(d), n), str(FIXTURES))
+             for d in FIXTURE_DIRS for n in mc.launch_logs(str(d))]
     if not names:
         return [pytest.param(None, marks=pytest.mark.skip(reason="no real-sglang fixtures captured"))]
     return names
@@ -210,7 +216,11 @@ def _fixture_logs():
 
 @pytest.fixture(scope="module")
 def results():
-    return {r["launch"]: r for r in mc.check(str(FIXTURES))}
+    out = {}
+    for d in FIXTURE_DIRS:
+        for r in mc.check(str(d)):
+            out[os.path.relpath(os.path.join(str(d), r["launch"]), str(FIXTURES))] = r
+    return out
 
 
 @pytest.mark.parametrize("log", _fixture_logs())

@@ -328,6 +328,68 @@ def test_level_metrics_sums_histograms_of_different_lengths():
             _rec(0.0, 0.1, 1.1, 101)]
     m = bm.level_metrics(recs, duration=1.1, concurrency=3)
     assert m["accept_histogram"] == [1, 2, 0, 3]
-    assert m["accept_length_by_depth"]["3"] == pytest.approx((1 + 4 + 12) / 6.0)
+    # at the launched depth the prefix bounds are the level's own rounds, one per request each way
+    low, high = m["accept_length_bounds_by_depth"]["3"]
+    assert (low, high) == (pytest.approx(17 / 8.0), pytest.approx(17 / 4.0))
     plain = bm.level_metrics([_rec(0.0, 0.1, 1.1, 101)], duration=1.1, concurrency=1)
-    assert plain["accept_histogram"] is None and plain["accept_length_by_depth"] is None
+    assert plain["accept_histogram"] is None and plain["accept_length_bounds_by_depth"] is None
+
+
+def test_accept_length_bounds_by_hand():
+    # depth 3, 10 rounds: 2 with none correct, 3 with one, 1 with two, 4 with all three
+    hist = [2, 3, 1, 4]
+    positions = 2 * 1 + 3 * 2 + 1 * 3 + 4 * 4
+    got = bm.accept_length_bounds_by_depth(hist)
+    # depth 1: stretches of 1, 2, 3 positions take 1, 1, 2 rounds; a full round's 4 positions 2
+    # rounds alone, 2 when merged (floor(4 / 2))
+    assert got["1"] == [pytest.approx(positions / (2 + 3 + 2 + 8.0)), pytest.approx(positions / 15.0)]
+    # depth 2: 1, 1, 1 rounds; full: ceil(4/3) = 2 alone, floor(4/3) = 1 merged
+    assert got["2"] == [pytest.approx(positions / (6 + 8.0)), pytest.approx(positions / (6 + 4.0))]
+    assert got["3"] == [pytest.approx(positions / 10.0), pytest.approx(positions / 10.0)]
+    # the round-start figure is inside every interval
+    for k, exact in bm.accept_lengths_by_depth(hist).items():
+        assert got[k][0] - 1e-12 <= exact <= got[k][1] + 1e-12
+    assert bm.accept_length_bounds_by_depth(None) is None
+    assert bm.accept_length_bounds_by_depth([5]) is None
+    assert bm.accept_length_bounds_by_depth([0, 0]) is None
+
+
+def _decode(correct, depth, limit):
+    """Rounds a chain draft of ``depth`` takes over an output whose position p the draft guesses
+    right iff correct[p] (prefix model), stopping at ``limit`` tokens: the histogram it reports."""
+    hist = [0] * (depth + 1)
+    p = 0
+    while p < limit:
+        j = 0
+        while j < depth and correct[p + j]:
+            j += 1
+        hist[j] += 1
+        p += j + 1
+    return hist
+
+
+def test_accept_length_bounds_hold_on_prefix_outputs_with_easy_and_hard_stretches():
+    # outputs made of easy stretches (the draft right almost always) and hard ones (almost never),
+    # the shape of the real self-draft sweep; several requests, each cut at its output limit
+    rnd = random.Random(11)
+    misses = checked = 0
+    for dummy in range(150):
+        requests, limit = rnd.randint(1, 8), rnd.choice([64, 128, 256])
+        outputs = []
+        for _r in range(requests):
+            correct, easy = [], rnd.random() < 0.5
+            while len(correct) < limit + 40:
+                run = rnd.randint(1, 40)
+                p = rnd.uniform(0.85, 1.0) if easy else rnd.uniform(0.0, 0.4)
+                correct += [rnd.random() < p for _i in range(run)]
+                easy = not easy
+            outputs.append(correct)
+        deep = rnd.randint(2, 10)
+        top = bm.add_histograms(_decode(c, deep, limit) for c in outputs)
+        bounds = bm.accept_length_bounds_by_depth(top, requests)
+        for k in range(1, deep):
+            h = bm.add_histograms(_decode(c, k, limit) for c in outputs)
+            real = sum((j + 1) * n for j, n in enumerate(h)) / float(sum(h))
+            checked += 1
+            misses += not bounds[str(k)][0] - 1e-9 <= real <= bounds[str(k)][1] + 1e-9
+    assert checked > 500 and misses == 0

@@ -76,3 +76,13 @@ def test_the_overwrite_warning_is_not_a_failure():
 
 def test_install_broken_has_a_hint_naming_the_install():
     assert "install" in journal.hint("install_broken")
+
+
+@pytest.mark.parametrize("name", ["serve_nospec.log", "serve_steps3.log"])
+def test_a_real_start_that_served_is_ready_and_fires_no_rule(name):
+    # Whole logs of two starts that served /generate on the H200 (plain, and STANDALONE at 3
+    # steps), up to the TERM that stopped them: the ready line is seen and nothing is fatal.
+    lines = _lines(os.path.join("live", name))
+    assert journal.saw_ready(lines)
+    assert journal.classify(lines) == ("unknown", None)
+    assert not journal.is_fatal(lines)
