@@ -420,7 +420,7 @@ def test_server_info_state_shapes(wheel):
 
 # ---------------------------------------------------------------- accepted-length histogram
 def test_correct_drafts_histogram_shape(wheel):
-    """What sglang_bench reads for accept_length_by_depth: /generate meta_info carries each
+    """What sglang_bench reads for accept_length_bounds_by_depth: /generate meta_info carries each
     request's spec_correct_drafts_histogram (tokenizer_manager.py), index = correct drafts in a
     verify round, grown only as far as the largest count seen (schedule_batch.py
     update_spec_correct_drafts_histogram); the OpenAI endpoints pass it only inside
