@@ -828,7 +828,7 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
     if strategy not in STRATEGIES:
         raise AnsibleFilterError("mtp_tune_strategy must be sweep or adaptive, got %r" % (strategy,))
     _frac(min_gain, "mtp_tune_min_gain", 0.03)
-    noise = _frac(noise, "mtp_tune_noise", 0.015)
+    noise = _node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     if probe_ends in (None, ""):
         probe_ends = "high"
     if isinstance(probe_ends, bool):
@@ -902,6 +902,57 @@ def _band(noise, *scores):
     return math.sqrt(sum(h * h for h in halves))
 
 
+def mtp_tune_node_noise(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
+                        noise=0.015):
+    """Launch-to-launch noise measured on the node, and the noise the decisions use.
+
+    Every candidate launched more than once with the same settings (a re-measurement, a resumed
+    run's repeat) is a sample of how far one launch's figure moves on this node: the pooled
+    relative standard deviation over them (degrees of freedom: launches less groups) is the
+    measured noise. ``mtp_tune_noise`` is a floor: ``used`` is the larger of the two, so a node
+    noisier than the setting widens every band, and a quiet one never narrows it below what the
+    operator allowed. On a real H200 a tiny model at C=1 moved 15 % between launches of one
+    setting (tests/gpu/real_sglang/README.md), ten times the default floor.
+
+    Returns ``{"floor", "measured", "dof", "groups", "used", "source"}``; ``measured`` is None
+    without a repeated launch.
+    """
+    floor = _frac(noise, "mtp_tune_noise", 0.015)
+    groups = {}
+    for att in attempts or []:
+        if att.get("status") != "ok":
+            continue
+        key = (att.get("key") or candidate_key(att["candidate"]),
+               tuple(sorted((att.get("overrides") or {}).items())))
+        sc = mtp_tune_score(att, objective, level, slo_min_tps, slo_max_ttft_p99_ms, floor)
+        if sc["value"]:
+            groups.setdefault(key, []).append(float(sc["value"]))
+    squares, dof, used_groups = 0.0, 0, []
+    for (key, dummy), values in sorted(groups.items()):
+        if len(values) < 2:
+            continue
+        m = sum(values) / len(values)
+        squares += sum((v / m - 1.0) ** 2 for v in values)
+        dof += len(values) - 1
+        used_groups.append({"key": key, "launches": len(values)})
+    measured = math.sqrt(squares / dof) if dof else None
+    used = floor if measured is None else max(floor, measured)
+    if measured is None:
+        source = "assumed: no setting was launched twice on this node (mtp_tune_noise %.2g%%)" % (floor * 100)
+    elif measured > floor:
+        source = "measured: %.2g%% between launches of one setting (%d degree%s of freedom), above mtp_tune_noise %.2g%%" % (
+            measured * 100, dof, "" if dof == 1 else "s", floor * 100)
+    else:
+        source = "floor: measured %.2g%% between launches (%d degree%s of freedom), below mtp_tune_noise %.2g%%" % (
+            measured * 100, dof, "" if dof == 1 else "s", floor * 100)
+    return {"floor": floor, "measured": measured, "dof": dof, "groups": used_groups, "used": used,
+            "source": source}
+
+
+def _node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise):
+    return mtp_tune_node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)["used"]
+
+
 def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
                   noise=0.015):
     """Every candidate's score, best first (failed and infeasible last, cheapest first among them).
@@ -909,7 +960,7 @@ def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, s
     A candidate measured more than once with the same settings (a re-measurement) is scored
     by the mean of its launches; its band narrows with the square root of the measurements.
     """
-    noise = _frac(noise, "mtp_tune_noise", 0.015)
+    noise = _node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     atts = list(attempts or [])
     rows = []
     for key, att in _decided(atts).items():
@@ -947,7 +998,7 @@ def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=No
     "top", "margin", "band"}``; ``margin`` is the winner's relative lead over the best candidate
     outside its tie group (negative: it trails the top within the band).
     """
-    noise = _frac(noise, "mtp_tune_noise", 0.015)
+    noise = _node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     rank = mtp_tune_rank(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     scored = [r for r in rank if r["score"]["value"] is not None]
     out = {"winner": None, "runner_up": None, "tied": [], "decided_by": "no feasible candidate", "ranking": rank,
@@ -1004,7 +1055,7 @@ def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, s
     "gain_convex", "convex_rules_out"}]`` in list order; ``gain`` is ``bound`` over the winner's
     figure, minus one; ``convex_rules_out``: ``bound_convex`` is within the band of the winner.
     """
-    noise = _frac(noise, "mtp_tune_noise", 0.015)
+    noise = _node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     classes = _fit_classes(fit_classes)
     best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     winner = best["winner"]
@@ -1062,7 +1113,8 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
            "decided_by": best["decided_by"], "tied": best["tied"],
            "runner_up": best["runner_up"]["key"] if best["runner_up"] else None, "decided_at": now,
            "margin": best["margin"], "band": best["band"],
-           "interval": [w["score"]["low"], w["score"]["high"]]}
+           "interval": [w["score"]["low"], w["score"]["high"]],
+           "noise": mtp_tune_node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)}
     if candidates:
         out["unverified"] = mtp_tune_unverified(attempts, candidates, objective, level, slo_min_tps,
                                                 slo_max_ttft_p99_ms, noise, fit_classes)

@@ -13,7 +13,8 @@ results.json layout (``schema`` 1)::
      "attempts": [{"key", "candidate", "overrides", "fit_rung", "status", "failure_class",
                    "failure_line", "journal_tail", "metrics": {"1": {sglang_bench level}, ...},
                    "timings": {"started", "launch_s", "bench_s", "wall_s"}, "run": run id}],
-     "winner": {"key", "candidate", "overrides", "score", "decided_by", "tied", "decided_at"} | null,
+     "winner": {"key", "candidate", "overrides", "score", "decided_by", "tied", "decided_at", "margin",
+                "band", "interval", "noise", "unverified"} | null,
      "stats": {"launches", "failed_launches", "candidates", "wall_s", "launch_s", "bench_s"},
      "converge": {...} | null}
 
@@ -419,6 +420,10 @@ def render_summary(doc):
             out.append("- Winner's margin over %s: %+.1f %% (tie band %.1f %%); its interval %s .. %s" % (
                 winner.get("runner_up") or "-", (winner.get("margin") or 0.0) * 100, (winner.get("band") or 0.0) * 100,
                 "-" if iv[0] is None else "%.1f" % iv[0], "-" if iv[1] is None else "%.1f" % iv[1]))
+        noise = winner.get("noise") if isinstance(winner.get("noise"), dict) else {}
+        if noise.get("source"):
+            out.append("- Noise: %s; the tie bands use +/-%.2g %% per measurement" % (
+                noise["source"], (as_number(noise.get("used")) or 0.0) * 100))
         open_ = _unverified_line(winner)
         if open_:
             out.append(open_)

@@ -268,10 +268,66 @@ def test_a_candidate_worse_than_the_band_never_wins():
 
 def test_remeasured_candidate_is_scored_by_its_mean_and_a_narrower_band():
     cand = F.mtp_tune_candidates([4])[0]
-    atts = [_att(4, {"1": {"decode_tps_per_request": {"mean": v}, "failed": 0}}) for v in (100.0, 104.0)]
+    atts = [_att(4, {"1": {"decode_tps_per_request": {"mean": v}, "failed": 0}}) for v in (100.0, 101.0)]
     row = F.mtp_tune_rank(atts, "latency")[0]
-    assert row["key"] == cand["key"] and row["score"]["value"] == pytest.approx(102.0)
+    assert row["key"] == cand["key"] and row["score"]["value"] == pytest.approx(100.5)
+    # the two launches differ by 1 %: below the floor, which stays the noise
     assert row["score"]["n"] == 2 and row["score"]["half"] == pytest.approx(0.015 / 2 ** 0.5)
+
+
+def _tps(steps, value):
+    return _att(steps, {"1": {"decode_tps_per_request": {"mean": value}, "failed": 0}})
+
+
+def test_node_noise_is_the_pooled_spread_of_repeated_launches_with_the_setting_as_floor():
+    none = F.mtp_tune_node_noise([_tps(3, 100.0), _tps(4, 110.0)])
+    assert none["measured"] is None and none["used"] == 0.015 and none["source"].startswith("assumed")
+    # steps 3 twice (100, 104) and steps 4 three times (90, 100, 110): pooled over 1 + 2 dof
+    atts = [_tps(3, 100.0), _tps(3, 104.0), _tps(4, 90.0), _tps(4, 100.0), _tps(4, 110.0), _tps(5, 80.0)]
+    got = F.mtp_tune_node_noise(atts, noise=0.015)
+    sq = (100 / 102.0 - 1) ** 2 + (104 / 102.0 - 1) ** 2 + 0.1 ** 2 + 0.0 + 0.1 ** 2
+    assert got["dof"] == 3 and got["measured"] == pytest.approx((sq / 3) ** 0.5)
+    assert got["used"] == got["measured"] and got["source"].startswith("measured")
+    assert [g["launches"] for g in got["groups"]] == [2, 3]
+    quiet = F.mtp_tune_node_noise([_tps(3, 100.0), _tps(3, 100.2)], noise=0.02)
+    assert quiet["used"] == 0.02 and quiet["source"].startswith("floor")
+    # failed launches and other fit settings are not repeats of the same thing
+    other = dict(_tps(3, 150.0), overrides={"max_running_requests": 8})
+    assert F.mtp_tune_node_noise([_tps(3, 100.0), other])["measured"] is None
+
+
+def test_a_noisy_node_widens_the_band_and_turns_a_win_into_a_tie():
+    # steps 4 leads steps 3 by 6 %: decisive at the 1.5 % floor ...
+    atts = [_tps(3, 100.0), _tps(4, 106.0)]
+    assert F.mtp_tune_winner(atts)["key"] == "s4-k1-d5"
+    # ... but steps 3 relaunched read 100 and 80: the node moves 16 % between launches, as the
+    # real H200 did at C=1, and 6 % is inside that
+    noisy = atts + [_tps(3, 80.0)]
+    w = F.mtp_tune_winner(noisy)
+    assert w["noise"]["measured"] == pytest.approx(2 ** 0.5 * 10 / 90.0)
+    assert w["key"] == "s3-k1-d4" and "tie" in w["decided_by"]
+
+
+def test_the_real_h200_sweep_replayed_is_a_tie_once_its_relaunches_are_counted():
+    # tests/fixtures/real-sglang/live/tune_sweep.json: SGLang 0.5.17, self-draft, steps 1..8 at C=1,
+    # steps 1 launched three times (494, 393, 530 tok/s). At the 1.5 % floor steps 5 (681) beats
+    # steps 6 (645) "by 5.6 %"; with the node's measured 15 % the leaders are one tie and the
+    # cheapest of it wins.
+    import json
+    import os
+    live = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "real-sglang", "live")
+    with open(os.path.join(live, "tune_sweep.json")) as f:
+        run = json.load(f)
+    atts = [dict(a, resumed=False) for a in run["attempts"]]
+    assert F.mtp_tune_winner(atts)["key"] == "s5-k1-d6"
+    s1 = next(a for a in atts if a["key"] == "s1-k1-d2")
+    for sample in run["relaunch_noise"]["samples"][1:]:
+        level = dict(s1["metrics"]["1"], decode_tps_per_request={"mean": sample["value"]})
+        atts.append(dict(s1, metrics={"1": level}))
+    w = F.mtp_tune_winner(atts)
+    assert w["noise"]["measured"] == pytest.approx(run["relaunch_noise"]["cv"], rel=1e-6)
+    assert w["key"] == "s2-k1-d3" and "tie" in w["decided_by"]
+    assert {"s3-k1-d4", "s5-k1-d6", "s6-k1-d7"} <= set(w["tied"])
 
 
 def test_remeasure_only_the_tied_contenders_within_the_budget():
