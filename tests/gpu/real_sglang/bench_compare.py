@@ -8,6 +8,12 @@ one after the other, collection first, then SGLang's, then the collection again:
 collection runs bracket SGLang's, so their spread says how much of a difference is the server
 drifting rather than the clients disagreeing.
 
+With ``--same-prompts`` both tools send the same text prompts: a JSONL written once (text decoded
+from seeded random token ids, re-encoded to check its length) that the collection reads as its
+dataset and bench_serving as its ``custom`` dataset (conversations). Without it each tool draws
+its own random prompts, and on a random-weight model the output, the accept length and the work
+per token follow the prompt: the first real comparison differed by up to 11 % at C=1 that way.
+
 Writes ``bench_compare.json`` (every figure of both tools) and prints a table.
 
 Usage (on the GPU machine, server already up on --url):
@@ -25,13 +31,47 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def n_prompts(level, args):
+    return args.prompts_per_level * level if level > 1 else args.prompts_c1
+
+
+def write_same_prompts(args, count):
+    """``count`` text prompts of about --input-len tokens: ours.jsonl ({"text"}) for the
+    collection, theirs.jsonl (a user/assistant conversation) for bench_serving's custom dataset."""
+    import random  # pylint: disable=import-outside-toplevel
+    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    rng = random.Random(args.seed)
+    texts = []
+    while len(texts) < count:
+        ids = [rng.randint(1000, min(30000, tok.vocab_size - 1)) for dummy in range(args.input_len)]
+        text = tok.decode(ids)
+        # trim to the asked length once re-encoded: both tools tokenize this same text
+        enc = tok.encode(text, add_special_tokens=False)[:args.input_len]
+        texts.append(tok.decode(enc))
+    ours_path = os.path.join(args.out, "prompts_ours.jsonl")
+    theirs_path = os.path.join(args.out, "prompts_theirs.jsonl")
+    with open(ours_path, "w") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}) + "\n")
+    with open(theirs_path, "w") as f:
+        for t in texts:
+            f.write(json.dumps({"conversations": [{"role": "user", "content": t},
+                                                  {"role": "assistant", "content": "ok ok"}]}) + "\n")
+    return ours_path, theirs_path
+
+
 def ours(url, endpoint, level, args):
     from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
     cfg = {"url": url, "endpoint": endpoint, "concurrency": [level],
-           "num_prompts": args.prompts_per_level * level if level > 1 else args.prompts_c1,
+           "num_prompts": n_prompts(level, args),
            "input_len": args.input_len, "output_len": args.output_len, "temperature": 0.0,
            "ignore_eos": True, "dataset": "random", "seed": args.seed, "timeout": 300.0,
            "model": args.model}
+    if args.same_prompts:
+        with open(args.same_prompts[0]) as f:
+            cfg["prompts"] = sc.load_jsonl(f.read().splitlines())[:cfg["num_prompts"]]
+        cfg["prompt_format"] = "text"
     t0 = time.time()
     res = sc.run_benchmark(cfg)
     lv = res["levels"][0]
@@ -53,15 +93,21 @@ def theirs(url, endpoint, level, args, out_dir):
     out_file = os.path.join(out_dir, "bench_serving_%s_c%d.jsonl" % (endpoint, level))
     if os.path.exists(out_file):
         os.unlink(out_file)
-    n = args.prompts_per_level * level if level > 1 else args.prompts_c1
+    n = n_prompts(level, args)
+    if args.same_prompts:
+        data = ["--dataset-name", "custom", "--dataset-path", args.same_prompts[1],
+                "--sharegpt-output-len", str(args.output_len)]
+    else:
+        data = ["--dataset-name", "random-ids", "--random-input-len", str(args.input_len),
+                "--random-output-len", str(args.output_len), "--random-range-ratio", "1"]
     cmd = [sys.executable, "-m", "sglang.benchmark.serving",
            "--backend", "sglang" if endpoint == "generate" else "sglang-oai-chat",
-           "--host", host, "--port", port, "--dataset-name", "random-ids",
-           "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
-           "--random-range-ratio", "1", "--num-prompts", str(n), "--max-concurrency", str(level),
-           "--tokenizer", args.tokenizer, "--model", args.model or args.tokenizer,
-           "--seed", str(args.seed), "--output-file", out_file, "--disable-tqdm",
-           "--temperature", "0", "--warmup-requests", str(level)]
+           "--host", host, "--port", port]
+    cmd += data
+    cmd += ["--num-prompts", str(n), "--max-concurrency", str(level),
+            "--tokenizer", args.tokenizer, "--model", args.model or args.tokenizer,
+            "--seed", str(args.seed), "--output-file", out_file, "--disable-tqdm",
+            "--temperature", "0", "--warmup-requests", str(level)]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     wall = round(time.time() - t0, 2)
@@ -98,42 +144,60 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--label", default="")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--same-prompts", action="store_true",
+                    help="both tools send one set of text prompts (see the module's doc)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate the tools this many times per level (collection first and last)")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     import server  # pylint: disable=import-outside-toplevel
     server.import_collection()
     os.makedirs(args.out, exist_ok=True)
+    if args.same_prompts:
+        most = max(n_prompts(int(x), args) for x in args.levels.split(","))
+        args.same_prompts = write_same_prompts(args, most)
     rows = []
     for ep in args.endpoints.split(","):
         for level in [int(x) for x in args.levels.split(",")]:
-            a = ours(args.url, ep, level, args)
-            b = theirs(args.url, ep, level, args, args.out)
-            c = ours(args.url, ep, level, args)
-            row = {"endpoint": ep, "concurrency": level, "collection": [a, c], "bench_serving": b}
-
-            def mean(k, runs=(a, c)):
-                vals = [r.get(k) for r in runs]
-                return None if None in vals else sum(vals) / float(len(vals))
-            row["diff_pct"] = {k: rel(mean(k), b.get(k)) for k in
+            # collection, then (bench_serving, collection) x rounds: the collection brackets
+            # every bench_serving run, so the server's drift shows as the collection's spread
+            runs, theirs_runs = [ours(args.url, ep, level, args)], []
+            for dummy in range(max(1, args.rounds)):
+                theirs_runs.append(theirs(args.url, ep, level, args, args.out))
+                runs.append(ours(args.url, ep, level, args))
+            mine, b = median_run(runs), median_run(theirs_runs)
+            row = {"endpoint": ep, "concurrency": level, "collection": runs, "bench_serving": b,
+                   "bench_serving_runs": theirs_runs if len(theirs_runs) > 1 else None,
+                   "same_prompts": bool(args.same_prompts)}
+            row["diff_pct"] = {k: rel(mine.get(k), b.get(k)) for k in
                                ("output_throughput", "tpot_ms_mean", "itl_ms_p50", "ttft_ms_mean")}
-            row["diff_pct"]["output_throughput_whole"] = rel(mean("output_throughput_whole"),
+            row["diff_pct"]["output_throughput_whole"] = rel(mine.get("output_throughput_whole"),
                                                              b.get("output_throughput"))
-            row["collection_spread_pct"] = {k: rel(c.get(k), a.get(k)) for k in
-                                            ("output_throughput", "tpot_ms_mean")}
+            tps = [r["output_throughput"] for r in runs if r.get("output_throughput") is not None]
+            row["collection_spread_pct"] = (round((max(tps) - min(tps)) / min(tps) * 100.0, 2)
+                                            if len(tps) > 1 and min(tps) > 0 else None)
             rows.append(row)
-            print("%-9s C=%-3d tok/s ours %s/%s theirs %s (%s%%)  TPOT ours %s/%s theirs %s (%s%%)  "
-                  "accept ours %s theirs %s" % (
-                      ep, level, _r(a.get("output_throughput")), _r(c.get("output_throughput")),
+            print("%-9s C=%-3d tok/s ours %s (median of %d, spread %s%%) theirs %s (%s%%)  TPOT ours %s "
+                  "theirs %s (%s%%)  accept ours %s theirs %s" % (
+                      ep, level, _r(mine.get("output_throughput")), len(runs), row["collection_spread_pct"],
                       _r(b.get("output_throughput")), row["diff_pct"]["output_throughput"],
-                      _r(a.get("tpot_ms_mean")), _r(c.get("tpot_ms_mean")), _r(b.get("tpot_ms_mean")),
-                      row["diff_pct"]["tpot_ms_mean"], _r(a.get("accept_length")),
-                      _r(b.get("accept_length"))), flush=True)
+                      _r(mine.get("tpot_ms_mean")), _r(b.get("tpot_ms_mean")), row["diff_pct"]["tpot_ms_mean"],
+                      _r(mine.get("accept_length")), _r(b.get("accept_length"))), flush=True)
             if b.get("error"):
                 print("  bench_serving failed:", b["error"][-600:], flush=True)
     path = os.path.join(args.out, "bench_compare%s.json" % (("_" + args.label) if args.label else ""))
     with open(path + ".part", "w") as f:
         json.dump({"rows": rows, "args": vars(args)}, f, indent=1, default=str)
     os.replace(path + ".part", path)
+
+
+def median_run(runs):
+    """The run whose output tok/s is the median of ``runs`` (the lower middle for an even count)."""
+    ok = [r for r in runs if r.get("output_throughput") is not None]
+    if not ok:
+        return runs[0]
+    ok.sort(key=lambda r: r["output_throughput"])
+    return ok[(len(ok) - 1) // 2]
 
 
 def _r(x):
