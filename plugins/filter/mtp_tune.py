@@ -799,10 +799,26 @@ def _remeasure(attempts, best, budget):
                 used + 1, budget, best["winner"]["key"], best["top"]["key"], (best["band"] or 0) * 100)}
 
 
+def _noise_relaunch(attempts, budget):
+    """The run's first measured setting again, until it has been launched ``budget`` more times:
+    the node's launch-to-launch spread, measured before the search prunes with it."""
+    if budget in (None, "") or _int(budget, "mtp_tune_noise_launches") <= 0:
+        return None
+    used = sum(1 for a in attempts if str(a.get("reason") or "").startswith("noise ") and not a.get("resumed"))
+    if used >= _int(budget, "mtp_tune_noise_launches"):
+        return None
+    first = next((a for a in attempts if a.get("status") == "ok" and not a.get("resumed")), None)
+    if first is None:
+        return None
+    return {"candidate": first["candidate"], "overrides": first.get("overrides") or {}, "fit_rung": None,
+            "reason": "noise %d/%s: %s again, to measure how far one launch moves on this node" % (
+                used + 1, budget, first.get("key") or candidate_key(first["candidate"]))}
+
+
 def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, objective="latency", level=None,
                   seed=3, fit_retry=False, fit_ladder=None, fit_classes=None, max_launches=None,
                   slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015, probe_ends="high",
-                  remeasure_launches=0):
+                  remeasure_launches=0, noise_launches=0):
     """The next server launch, or None when the search is over.
 
     Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit launch
@@ -822,6 +838,11 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
       candidate a cheaper one proved cannot fit.
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
+
+    With ``noise_launches``, the run's first measured setting is launched that many more times
+    before the search goes on: the spread between those launches is the node's noise
+    (mtp_tune_node_noise), and every band and bound after it uses that when it is larger than
+    ``noise``.
 
     ``min_gain`` is kept for compatibility with stored settings; the search no longer uses it.
     """
@@ -855,6 +876,9 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
                                   f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
                                   st["attempts"][0].get("failure_class"))})
         break
+    relaunch = _noise_relaunch(attempts, noise_launches)
+    if relaunch:
+        return _labelled(relaunch)
     best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     if strategy == "sweep":
         for cand in candidates:

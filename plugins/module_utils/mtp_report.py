@@ -390,9 +390,10 @@ def render_summary(doc):
               "slo": "best aggregate tok/s with per-request tok/s >= %s and TTFT p99 <= %s ms" % (
                   s.get("slo_min_tps", "-"), s.get("slo_max_ttft_p99_ms", "-"))}.get(obj, obj)
     out.append("- Objective: **%s** (%s)" % (obj, judged))
-    out.append("- Strategy: %s (probe ends %s, noise band %s per measurement, re-measure budget %s); fit search: %s" % (
-        s.get("strategy", "-"), s.get("probe_ends", "-"), s.get("noise", "-"), s.get("remeasure_launches", 0),
-        "on" if s.get("fit_retry") else "off"))
+    out.append("- Strategy: %s (probe ends %s, noise band %s per measurement at least, noise launches %s, "
+               "re-measure budget %s); fit search: %s" % (
+                   s.get("strategy", "-"), s.get("probe_ends", "-"), s.get("noise", "-"), s.get("noise_launches", 0),
+                   s.get("remeasure_launches", 0), "on" if s.get("fit_retry") else "off"))
     out.append("- Server launches: %s (%s failed) over %s candidates; wall time %s (starting %s, benchmarking %s)" % (
         stats.get("launches", "-"), stats.get("failed_launches", "-"), stats.get("candidates", "-"),
         _duration(stats.get("wall_s")), _duration(stats.get("launch_s")), _duration(stats.get("bench_s"))))

@@ -823,3 +823,26 @@ def test_capped_server_below_the_benchmarked_concurrency_is_named_unless_allowed
     atts = [{"key": "s4-k1-d5", "candidate": cands[1], "status": "failed", "failure_class": "capped"},
             _att(3, {"1": {"decode_tps_per_request": {"mean": 100.0}, "failed": 0}})]
     assert F.mtp_tune_next(atts, cands, "adaptive", seed=4) is None
+
+
+@pytest.mark.parametrize("strategy", ["sweep", "adaptive"])
+def test_noise_launches_relaunch_the_first_setting_before_the_search_goes_on(strategy):
+    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5])
+    first = F.mtp_tune_next([], cands, strategy, noise_launches=2)
+    assert first["reason"] in ("sweep", "adaptive: seed")
+    atts = [dict(_tps(first["candidate"]["steps"], 100.0), reason=first["reason"])]
+    for n, value in ((1, 80.0), (2, 90.0)):
+        nxt = F.mtp_tune_next(atts, cands, strategy, noise_launches=2)
+        assert nxt["reason"].startswith("noise %d/2: %s again" % (n, first["candidate"]["key"]))
+        assert nxt["candidate"] == first["candidate"] and nxt["overrides"] == {}
+        atts.append(dict(_tps(first["candidate"]["steps"], value), reason=nxt["reason"]))
+    after = F.mtp_tune_next(atts, cands, strategy, noise_launches=2)
+    assert not after["reason"].startswith("noise")
+    # the three launches now set the noise every later decision uses
+    assert F.mtp_tune_node_noise(atts)["measured"] == pytest.approx(1 / 9.0)  # 100, 80, 90: +-10 of 90
+    # without the option, or before anything measured, nothing is relaunched
+    assert not F.mtp_tune_next(atts[:1], cands, strategy)["reason"].startswith("noise")
+    failed = [dict(atts[0], status="failed", failure_class="cuda_oom")]
+    assert not (F.mtp_tune_next(failed, cands, strategy, noise_launches=2) or {}).get("reason", "").startswith("noise")
+    with pytest.raises(Exception, match="mtp_tune_noise_launches"):
+        F.mtp_tune_next(atts[:1], cands, strategy, noise_launches="lots")
