@@ -507,7 +507,8 @@ class _Lane(object):
     length; dividing accept length by a rate gives a time per verify round.  The round time
     grows with the draft depth and, on every server the project knows, at a non-decreasing rate
     (each extra draft token costs at least what the previous one did); the accept length follows
-    the chain model.  Together they bound every unmeasured candidate's figure from above; where
+    the chain model, capped at depths shallower than a launch by that launch's histogram of
+    correct drafts.  Together they bound every unmeasured candidate's figure from above; where
     the measured points contradict the convexity beyond the noise, only the monotone bound is
     used, and where they contradict monotony, no bound at all (the candidate must be measured).
     """
@@ -555,6 +556,7 @@ class _Lane(object):
         for x in self.tau:
             if self.tau[x] is None:
                 self.tau[x] = _chain_tau(x, self.alpha if self.alpha is not None else 1.0)
+        self.tau_cap = self._histogram_caps(lane, states) if chain else {}
         self.levels = sorted(measured_levels)
         self.series = {}
         for c in self.levels:
@@ -565,6 +567,42 @@ class _Lane(object):
                     if m is not None and m[field]:
                         pts[x] = self.tau[x] / float(m[field])
                 self.series[(c, kind)] = self._trust(pts)
+
+    @staticmethod
+    def _histogram_caps(lane, states):
+        """Upper ends of the accept length at depths shallower than a launch, from that launch's
+        histogram of correct drafts (``accept_length_bounds_by_depth`` of sglang_bench): counted,
+        not fitted, so far tighter than the chain model's acceptance widened by the noise. Per
+        launch the highest over its levels, then the lowest over the launches. The interval
+        counts verify rounds only; the server's accept length also counts each request's first
+        token, so each cap is scaled by the launch's own ratio of the two."""
+        caps = {}
+        for cand in lane:
+            st = states.get(cand["key"])
+            ok = (st or {}).get("ok")
+            if not ok:
+                continue
+            x = cand["draft_tokens"] - 1
+            mine = {}
+            for key, node in (ok.get("metrics") or {}).items():
+                if not str(key).isdigit() or not isinstance(node, dict):
+                    continue
+                hist, bounds = node.get("accept_histogram"), node.get("accept_length_bounds_by_depth")
+                tau = level_metrics(node)["accept_length"]
+                if not hist or not isinstance(bounds, dict) or not tau or sum(hist) <= 0:
+                    continue
+                per_round = sum((j + 1) * n for j, n in enumerate(hist)) / float(sum(hist))
+                scale = max(1.0, float(tau) / per_round)
+                for depth, pair in bounds.items():
+                    k = _num(depth)
+                    if k is None or int(k) >= x or not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                        continue
+                    high = _num(pair[1])
+                    if high:
+                        mine[int(k)] = max(mine.get(int(k), 0.0), high * scale)
+            for k, high in mine.items():
+                caps[k] = min(caps.get(k, float("inf")), high)
+        return caps
 
     def _trust(self, pts):
         n = self.noise
@@ -603,6 +641,8 @@ class _Lane(object):
         right = [a for a in sorted(self.tau) if a > x]
         if right:
             high = min(high, self.tau[right[0]] * (1 + self.noise))
+        if x in self.tau_cap:
+            high = min(high, self.tau_cap[x] * (1 + self.noise))
         return high
 
     def _rate_high(self, x, c, kind):
