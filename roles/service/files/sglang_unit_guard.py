@@ -151,6 +151,16 @@ def next_status(prev, service_result, exit_code, exit_status, lines, restarts, n
         status["braked"] = "crash-loop brake" in own[-1]
         status["consecutive_failures"] = int(prev.get("consecutive_failures") or 0)
         return status
+    if failed and service_result == "signal" and not exit_code \
+            and all(text.startswith("sglang-clean-start:") for text in own):
+        # The start was ended by a signal before any main process ran (systemd sets EXIT_CODE for
+        # the main process only) and the clean start reported no failure of its own: a stop
+        # during the clean start, as when an operator stops a crash-looping unit between two
+        # tries. SGLang never ran, so this is no new failure either.
+        status["failed"] = False
+        status["stopped_before_start"] = True
+        status["consecutive_failures"] = int(prev.get("consecutive_failures") or 0)
+        return status
     if failed:
         cls, line = journal.classify(lines)
         hint = journal.hint(cls)

@@ -239,3 +239,22 @@ def test_watchdog_leaves_a_server_that_refuses_the_probe(monkeypatch, tmp_path):
     import json as _json
     state = _json.loads((tmp_path / guard.WATCHDOG_FILE).read_text())
     assert state["last_result"] == "answered HTTP 401: not a wedge" and not state.get("actions")
+
+
+def test_next_status_a_stop_during_the_clean_start_is_no_new_failure():
+    # systemctl stop on a crash-looping unit while its next try is still in the clean start:
+    # the start ends by the signal, no main process ever ran (EXIT_CODE empty), nothing of
+    # SGLang's in the journal. The record keeps the real failure (seen in molecule realpkg, where
+    # this run had overwritten no_gpu with "killed").
+    s1 = guard.next_status(None, "exit-code", "exited", "1", ["x", OOM], 0, "t1")
+    for own in ([], ["sglang-clean-start: nothing of sglang-qwen.service left on the GPUs"]):
+        s2 = guard.next_status(s1, "signal", "", "", own, 1, "t2")
+        assert not s2["failed"] and s2["stopped_before_start"]
+        assert s2["consecutive_failures"] == 1 and s2["last_failure"]["class"] == "oom_weights"
+    # a main process killed from outside still is a failure, named "killed"
+    s3 = guard.next_status(s1, "signal", "killed", "KILL", [], 1, "t3")
+    assert s3["failed"] and s3["last_failure"]["class"] == "killed"
+    # the clean start failing by itself (exit code, its own line) still is a failure
+    line = "sglang-clean-start: GPU memory of sglang-qwen.service's leftovers still held after 60s: 7"
+    s4 = guard.next_status(s1, "exit-code", "", "", [line], 1, "t4")
+    assert s4["failed"] and s4["last_failure"]["line"] == line
