@@ -25,6 +25,7 @@ __metaclass__ = type
 
 import math
 
+from ansible_collections.blackwell.sglang.plugins.module_utils.bench_metrics import accept_lengths_by_depth
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
 
 try:
@@ -589,9 +590,9 @@ class _Lane(object):
                     continue
                 hist, bounds = node.get("accept_histogram"), node.get("accept_length_bounds_by_depth")
                 tau = level_metrics(node)["accept_length"]
-                if not hist or not isinstance(bounds, dict) or not tau or sum(hist) <= 0:
+                if not hist or len(hist) < 2 or not isinstance(bounds, dict) or not tau or sum(hist) <= 0:
                     continue
-                per_round = sum((j + 1) * n for j, n in enumerate(hist)) / float(sum(hist))
+                per_round = accept_lengths_by_depth(hist)[str(len(hist) - 1)]
                 scale = max(1.0, float(tau) / per_round)
                 for depth, pair in bounds.items():
                     k = _num(depth)

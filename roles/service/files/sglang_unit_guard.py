@@ -142,23 +142,21 @@ def next_status(prev, service_result, exit_code, exit_status, lines, restarts, n
         "last_failure": prev.get("last_failure"),
     }
     own = [text for text in lines if text.strip()]
-    if failed and own and all(text.startswith("sglang-clean-start:") for text in own) \
-            and ("backing off" in own[-1] or "crash-loop brake" in own[-1]):
-        # Stopped while the clean start was backing off, or refused by the brake: SGLang never
-        # ran, so this is no new failure - the series and its last failure stay as they were.
+    held = bool(own) and ("backing off" in own[-1] or "crash-loop brake" in own[-1])
+    # A start ended by a signal before any main process ran (systemd sets EXIT_CODE for the main
+    # process only): stopped during the clean start, as an operator stopping a crash-looping unit
+    # between two tries is.
+    stopped = service_result == "signal" and not exit_code
+    if failed and (held or stopped) and all(text.startswith("sglang-clean-start:") for text in own):
+        # Stopped while the clean start was backing off or still running, or refused by the
+        # brake, with no failure of the clean start's own: SGLang never ran, so this is no new
+        # failure - the series and its last failure stay as they were.
         status["failed"] = False
-        status["interrupted_backoff"] = "backing off" in own[-1]
-        status["braked"] = "crash-loop brake" in own[-1]
-        status["consecutive_failures"] = int(prev.get("consecutive_failures") or 0)
-        return status
-    if failed and service_result == "signal" and not exit_code \
-            and all(text.startswith("sglang-clean-start:") for text in own):
-        # The start was ended by a signal before any main process ran (systemd sets EXIT_CODE for
-        # the main process only) and the clean start reported no failure of its own: a stop
-        # during the clean start, as when an operator stops a crash-looping unit between two
-        # tries. SGLang never ran, so this is no new failure either.
-        status["failed"] = False
-        status["stopped_before_start"] = True
+        if held:
+            status["interrupted_backoff"] = "backing off" in own[-1]
+            status["braked"] = "crash-loop brake" in own[-1]
+        else:
+            status["stopped_before_start"] = True
         status["consecutive_failures"] = int(prev.get("consecutive_failures") or 0)
         return status
     if failed:
