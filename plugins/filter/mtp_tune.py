@@ -37,6 +37,9 @@ except ImportError:  # pragma: no cover - ansible is always present where filter
 
 OBJECTIVES = ("latency", "throughput", "slo")
 STRATEGIES = ("sweep", "adaptive")
+SEARCH_LEVELS = ("judged", "all")
+# The reason of a launch that completes a contender's table at every level (mtp_tune_complete).
+COMPLETE_REASON = "levels "
 # Failure classes (sglang_service_wait's names) whose cause shrinks with fewer running requests
 # (the hybrid state pool, the budget it leaves) or a smaller CUDA-graph batch (capture); only
 # those are worth a fit-retry (bad_args, port_in_use, no_gpu or a timeout would fail the same way
@@ -130,12 +133,20 @@ def mtp_tune_candidates(steps, topk=None, draft_tokens=None):
     return sorted(out.values(), key=_cost)
 
 
-def mtp_tune_levels(levels, objective="latency", level=None):
-    """Validate the concurrency list and return ``(levels, objective level)`` as a dict.
+def mtp_tune_levels(levels, objective="latency", level=None, search="judged"):
+    """Validate the concurrency list and return ``{"levels", "level", "search"}``.
+
+    ``level`` is the concurrency the objective is judged at (None: the slo objective judged over
+    every level); ``search`` the levels each launch of the search benchmarks: with
+    ``search=judged`` only the judged level, since no other figure moves a decision (the winner
+    and the candidates tied with it are measured at every level afterwards, mtp_tune_complete);
+    with ``search=all`` (or the slo objective without a level) every level.
 
     Fails when the list is empty, holds a non-integer, or does not contain the level the
     objective is judged at (checked before any restart, so a typo costs nothing).
     """
+    if search not in SEARCH_LEVELS:
+        raise AnsibleFilterError("mtp_tune_search_levels must be one of %s, got %r" % (", ".join(SEARCH_LEVELS), search))
     if levels is None or isinstance(levels, (str, bytes, dict)) or not hasattr(levels, "__iter__"):
         raise AnsibleFilterError("mtp_tune_concurrency must be a non-empty list of integers, got %r" % (levels,))
     lv = sorted(set(_int(c, "mtp_tune_concurrency item") for c in levels))
@@ -153,7 +164,7 @@ def mtp_tune_levels(levels, objective="latency", level=None):
         raise AnsibleFilterError(
             "objective %s is judged at concurrency %d, which is not in mtp_tune_concurrency %r: "
             "add it to the list or set mtp_tune_level to one of the listed levels" % (objective, lvl, lv))
-    return {"levels": lv, "level": lvl}
+    return {"levels": lv, "level": lvl, "search": [lvl] if (search == "judged" and lvl is not None) else lv}
 
 
 # --------------------------------------------------------------------------- metrics
@@ -948,6 +959,45 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
     return _labelled(nxt) if nxt else None
 
 
+def mtp_tune_complete(attempts, levels, objective="latency", level=None, slo_min_tps=None,
+                      slo_max_ttft_p99_ms=None, noise=0.015, max_launches=None):
+    """After the search: the next contender to launch again and measure at every level, or None.
+
+    A search that benchmarks only the judged level (``mtp_tune_search_levels=judged``) leaves
+    the other levels of the report empty; the winner and every candidate tied with it within the
+    band are then launched once more with the same settings and measured at all of ``levels``,
+    winner first. That launch's judged figure joins the earlier ones like a re-measurement (it
+    may move the decision: the new winner is completed in turn). A contender is completed once:
+    a failed completing launch is not repeated. Stops at ``max_launches`` like the search.
+
+    Returns ``{"candidate", "overrides", "fit_rung", "reason", "label", "levels"}`` or None.
+    """
+    want = sorted(set(_int(c, "mtp_tune_concurrency item") for c in (levels or [])))
+    attempts = list(attempts or [])
+    launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
+    if max_launches not in (None, "") and launches >= _int(max_launches, "mtp_tune_max_launches"):
+        return None
+    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    if best["winner"] is None or not want:
+        return None
+    by_key = dict((r["key"], r) for r in best["ranking"])
+    contenders = [best["winner"]] + [by_key[k] for k in best["tied"] if k != best["winner"]["key"] and k in by_key]
+    for row in contenders:
+        same = [a for a in attempts if (a.get("key") or candidate_key(a["candidate"])) == row["key"]
+                and (a.get("overrides") or {}) == (row["overrides"] or {})]
+        if any(str(a.get("reason") or "").startswith(COMPLETE_REASON) for a in same):
+            continue
+        if any(a.get("status") == "ok" and all(_level(a, c) is not None for c in want) for a in same):
+            continue
+        role = "the winner" if row is best["winner"] else "tied with the winner"
+        nxt = _labelled({"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
+                         "reason": "%sC=%s: %s, %s, measured at every level for the report" % (
+                             COMPLETE_REASON, ",".join(str(c) for c in want), row["key"], role)})
+        nxt["levels"] = want
+        return nxt
+    return None
+
+
 # --------------------------------------------------------------------------- choosing
 
 def _decided(attempts):
@@ -1253,6 +1303,7 @@ class FilterModule(object):
             "mtp_tune_winner": mtp_tune_winner,
             "mtp_tune_unverified": mtp_tune_unverified,
             "mtp_tune_next": mtp_tune_next,
+            "mtp_tune_complete": mtp_tune_complete,
             "mtp_tune_fit_ladder": mtp_tune_fit_ladder,
             "mtp_tune_measured": mtp_tune_measured,
             "mtp_tune_resume": mtp_tune_resume,

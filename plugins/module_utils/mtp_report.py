@@ -394,6 +394,11 @@ def render_summary(doc):
                "re-measure budget %s); fit search: %s" % (
                    s.get("strategy", "-"), s.get("probe_ends", "-"), s.get("noise", "-"), s.get("noise_launches", 0),
                    s.get("remeasure_launches", 0), "on" if s.get("fit_retry") else "off"))
+    search = s.get("search_levels")
+    if isinstance(search, list) and search and sorted(str(c) for c in search) != sorted(str(c) for c in levels):
+        out.append("- Search benchmarked C=%s only (mtp_tune_search_levels=judged); the winner and the candidates "
+                   "tied with it were launched again and measured at every level (rows marked \"all levels\")" % (
+                       ",".join(str(c) for c in search)))
     out.append("- Server launches: %s (%s failed) over %s candidates; wall time %s (starting %s, benchmarking %s)" % (
         stats.get("launches", "-"), stats.get("failed_launches", "-"), stats.get("candidates", "-"),
         _duration(stats.get("wall_s")), _duration(stats.get("launch_s")), _duration(stats.get("bench_s"))))
@@ -451,15 +456,18 @@ def render_summary(doc):
     out.append("|---|" + "---|" * len(levels) + "---|---|")
     win_key = winner.get("key")
     win_ov = winner.get("overrides") or {}
-    marked = False
+    # the winner's row: its launch measured at the most levels (the one completing its table
+    # after a search at the judged level), the first of them
+    win_rows = [(len(att.get("metrics") or {}), -i) for i, att in enumerate(doc.get("attempts") or [])
+                if attempt_key(att) == win_key and att.get("status") == "ok" and (att.get("overrides") or {}) == win_ov]
+    win_index = -max(win_rows)[1] if win_rows else None
     matter = set(limited_cells_that_matter(doc))
     for i, att in enumerate(doc.get("attempts") or []):
         label = _label(att)
-        is_win = (not marked and attempt_key(att) == win_key and att.get("status") == "ok"
-                  and (att.get("overrides") or {}) == win_ov)
-        if is_win:
+        if i == win_index:
             label = "**%s** (winner)" % label
-            marked = True
+        if str(att.get("reason") or "").startswith("levels "):
+            label += " all levels"
         tm = att.get("timings") or {}
         if att.get("status") == "ok":
             metrics = att.get("metrics") or {}

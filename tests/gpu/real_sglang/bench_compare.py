@@ -37,7 +37,7 @@ def n_prompts(level, args):
 
 def write_same_prompts(args, count):
     """``count`` text prompts of about --input-len tokens: ours.jsonl ({"text"}) for the
-    collection, theirs.jsonl (a user/assistant conversation) for bench_serving's custom dataset."""
+    collection, and the texts themselves, from which each level writes bench_serving's file."""
     import random  # pylint: disable=import-outside-toplevel
     from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
@@ -50,15 +50,22 @@ def write_same_prompts(args, count):
         enc = tok.encode(text, add_special_tokens=False)[:args.input_len]
         texts.append(tok.decode(enc))
     ours_path = os.path.join(args.out, "prompts_ours.jsonl")
-    theirs_path = os.path.join(args.out, "prompts_theirs.jsonl")
     with open(ours_path, "w") as f:
         for t in texts:
             f.write(json.dumps({"text": t}) + "\n")
-    with open(theirs_path, "w") as f:
-        for t in texts:
+    return ours_path, texts
+
+
+def theirs_prompts(args, n, out_dir):
+    """bench_serving's custom dataset for one level: exactly the ``n`` prompts the collection
+    sends at that level. It shuffles what it reads and keeps ``--num-prompts`` of it, so a longer
+    file would give it a different set of prompts than ours (same set, its own order)."""
+    path = os.path.join(out_dir, "prompts_theirs_%d.jsonl" % n)
+    with open(path, "w") as f:
+        for t in args.same_prompts[1][:n]:
             f.write(json.dumps({"conversations": [{"role": "user", "content": t},
                                                   {"role": "assistant", "content": "ok ok"}]}) + "\n")
-    return ours_path, theirs_path
+    return path
 
 
 def ours(url, endpoint, level, args):
@@ -90,12 +97,14 @@ def ours(url, endpoint, level, args):
 
 def theirs(url, endpoint, level, args, out_dir):
     host, port = url.split("//", 1)[1].rsplit(":", 1)
-    out_file = os.path.join(out_dir, "bench_serving_%s_c%d.jsonl" % (endpoint, level))
-    if os.path.exists(out_file):
-        os.unlink(out_file)
+    # one file per round (bench_serving appends to its output file), none overwritten
+    stem = "bench_serving_%s_c%d" % (endpoint, level)
+    rnd = 1 + sum(1 for f in os.listdir(out_dir) if f.startswith(stem) and f.endswith(".jsonl"))
+    stem += "_r%d" % rnd
+    out_file = os.path.join(out_dir, stem + ".jsonl")
     n = n_prompts(level, args)
     if args.same_prompts:
-        data = ["--dataset-name", "custom", "--dataset-path", args.same_prompts[1],
+        data = ["--dataset-name", "custom", "--dataset-path", theirs_prompts(args, n, out_dir),
                 "--sharegpt-output-len", str(args.output_len)]
     else:
         data = ["--dataset-name", "random-ids", "--random-input-len", str(args.input_len),
@@ -111,7 +120,7 @@ def theirs(url, endpoint, level, args, out_dir):
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     wall = round(time.time() - t0, 2)
-    with open(os.path.join(out_dir, "bench_serving_%s_c%d.txt" % (endpoint, level)), "w") as f:
+    with open(os.path.join(out_dir, stem + ".txt"), "w") as f:
         f.write(" ".join(cmd) + "\n\n" + proc.stdout + "\n" + proc.stderr)
     if proc.returncode or not os.path.exists(out_file):
         return {"tool": "bench_serving", "error": (proc.stderr or proc.stdout)[-2000:], "wall_s": wall}
@@ -185,9 +194,15 @@ def main():
                       _r(mine.get("accept_length")), _r(b.get("accept_length"))), flush=True)
             if b.get("error"):
                 print("  bench_serving failed:", b["error"][-600:], flush=True)
+            # after every level: a call cut short by its time limit keeps what it measured
+            save(rows, args)
+
+
+def save(rows, args):
     path = os.path.join(args.out, "bench_compare%s.json" % (("_" + args.label) if args.label else ""))
     with open(path + ".part", "w") as f:
-        json.dump({"rows": rows, "args": vars(args)}, f, indent=1, default=str)
+        saved = dict(vars(args), same_prompts=args.same_prompts[0] if args.same_prompts else False)
+        json.dump({"rows": rows, "args": saved}, f, indent=1, default=str)
     os.replace(path + ".part", path)
 
 

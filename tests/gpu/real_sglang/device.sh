@@ -136,9 +136,13 @@ SPEC_SELF=(--speculative-algorithm STANDALONE --speculative-draft-model-path "$R
 step_bench() {
   start bench_steps3 "${BASE_ARGS[@]}" "${SPEC_SELF[@]}" --speculative-num-steps 3 \
     --speculative-num-draft-tokens 4 || { stop; return 1; }
-  python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" --tokenizer "$RS/models/target" \
-    --model "$RS/models/target" --levels "${RS_LEVELS:-1,8,32}" --out "$res/bench" --label steps3 \
-    ${RS_BENCH_OPTS:-}
+  # RS_BENCH_SETS="generate:32 chat:1,8": several (endpoint, levels) sets on one started server
+  local set
+  for set in ${RS_BENCH_SETS:-generate,chat:${RS_LEVELS:-1,8,32}}; do
+    python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" --tokenizer "$RS/models/target" \
+      --model "$RS/models/target" --endpoints "${set%%:*}" --levels "${set#*:}" --out "$res/bench" \
+      --label "steps3_${set//[:,]/_}" ${RS_BENCH_OPTS:-}
+  done
   stop
 }
 

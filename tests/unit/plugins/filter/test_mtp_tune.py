@@ -129,9 +129,15 @@ def test_candidates_topk_above_one_needs_draft_tokens_in_range():
 
 
 def test_levels_default_objective_levels_and_missing_level():
-    assert F.mtp_tune_levels([32, 1, 4], "latency") == {"levels": [1, 4, 32], "level": 1}
-    assert F.mtp_tune_levels([32, 1, 4], "throughput") == {"levels": [1, 4, 32], "level": 32}
+    assert F.mtp_tune_levels([32, 1, 4], "latency") == {"levels": [1, 4, 32], "level": 1, "search": [1]}
+    assert F.mtp_tune_levels([32, 1, 4], "throughput") == {"levels": [1, 4, 32], "level": 32, "search": [32]}
     assert F.mtp_tune_levels([1, 8], "slo")["level"] is None
+    # the slo objective without a level is judged over every level: the search measures them all
+    assert F.mtp_tune_levels([1, 8], "slo")["search"] == [1, 8]
+    assert F.mtp_tune_levels([1, 8], "slo", 8)["search"] == [8]
+    assert F.mtp_tune_levels([32, 1, 4], "latency", None, "all")["search"] == [1, 4, 32]
+    with pytest.raises(AnsibleFilterError, match="mtp_tune_search_levels must be one of judged, all"):
+        F.mtp_tune_levels([1, 4], "latency", None, "some")
     with pytest.raises(AnsibleFilterError, match="not in mtp_tune_concurrency"):
         F.mtp_tune_levels([4, 16], "latency")
     with pytest.raises(AnsibleFilterError, match="not in mtp_tune_concurrency"):
@@ -879,3 +885,115 @@ def test_deeper_launches_histograms_cap_shallower_accept_lengths_soundly_on_the_
                 tighter += lane._tau_high(x) < plain._tau_high(x) - 1e-9
     # 259 checks, 80 tighter when written
     assert checked > 200 and tighter > 50
+
+
+# ---------------------------------------------------------------------------- judged-level search
+
+def _only(metrics, levels):
+    return dict((k, v) for k, v in metrics.items() if int(k) in levels)
+
+
+def tune_judged(objective, levels, steps=(1, 2, 3, 4, 5, 6, 8, 10), level=None, max_launches=None, rng=None,
+                cv=0.0, strategy="adaptive", **kw):
+    """The role's loop with mtp_tune_search_levels=judged: the search's launches benchmark the
+    plan's search levels, then mtp_tune_complete relaunches contenders at every level."""
+    plan = F.mtp_tune_levels(list(levels), objective, level)
+    cands = F.mtp_tune_candidates(list(steps))
+    attempts = []
+    for _round in range(60):
+        nxt = F.mtp_tune_next(attempts, cands, strategy, 0.03, objective, plan["level"], seed=3,
+                              max_launches=max_launches, **kw)
+        if nxt is None and plan["search"] != plan["levels"]:
+            nxt = F.mtp_tune_complete(attempts, plan["levels"], objective, plan["level"], kw.get("slo_min_tps"),
+                                      kw.get("slo_max_ttft_p99_ms"), kw.get("noise", 0.015), max_launches)
+        if nxt is None:
+            break
+        att = launch(nxt, rng, cv)
+        att["reason"] = nxt["reason"]
+        if att["status"] == "ok":
+            att["metrics"] = _only(att["metrics"], nxt.get("levels") or plan["search"])
+        attempts.append(att)
+    else:
+        pytest.fail("search did not terminate")
+    best = F.mtp_tune_pick_best(attempts, objective, plan["level"], kw.get("slo_min_tps"),
+                                kw.get("slo_max_ttft_p99_ms"), kw.get("noise", 0.015))
+    return plan, attempts, best
+
+
+@pytest.mark.parametrize("objective,strategy", [("latency", "adaptive"), ("throughput", "adaptive"),
+                                                ("latency", "sweep")])
+def test_judged_search_finds_the_all_level_winner_and_completes_its_table(objective, strategy):
+    """Searching at the judged level alone decides as searching at every level did (the other
+    levels never enter a decision), then the winner is launched once more and measured at all."""
+    levels = (1, 4, 16, 32)
+    kw = dict(steps=(1, 2, 3, 4, 5, 6, 8))
+    plan, attempts, best = tune_judged(objective, levels, strategy=strategy, **kw)
+    full_attempts, full_best = tune(strategy, objective, steps=kw["steps"], level=plan["level"])
+    searched = [a for a in attempts if not a["reason"].startswith("levels ")]
+    assert [a["key"] for a in searched] == [a["key"] for a in full_attempts]
+    searched_winner = F.mtp_tune_pick_best(searched, objective, plan["level"])["winner"]["key"]
+    assert searched_winner == full_best["winner"]["key"]
+    # the completing launches are measurements too: two launches narrow a contender's band, so a
+    # tie of the search may be decided by them (the final winner has its table all the same)
+    assert any(a["key"] == best["winner"]["key"] and len(a["metrics"]) == len(levels) for a in attempts
+               if a["status"] == "ok")
+    assert all(set(a["metrics"]) == {str(plan["level"])} for a in searched if a["status"] == "ok")
+    completing = [a for a in attempts if a["reason"].startswith("levels ")]
+    assert completing and completing[0]["key"] == searched_winner
+    assert set(completing[0]["metrics"]) == set(str(c) for c in levels)
+    # every contender tied with the winner got its table too, each once
+    for key in [best["winner"]["key"]] + best["tied"]:
+        assert sum(1 for a in completing if a["key"] == key) == 1
+    # benchmark work (level runs): the search's plus the completing launches', against every level at
+    # every launch; here 13/20, 8/16 and 15/28 (each completing launch also costs a model load)
+    runs = sum(len(a["metrics"]) for a in attempts if a["status"] == "ok")
+    assert runs <= 0.7 * sum(len(a["metrics"]) for a in full_attempts if a["status"] == "ok")
+
+
+def test_complete_stops_at_the_launch_budget_and_never_repeats_a_failed_completion():
+    cands = F.mtp_tune_candidates([3, 4])
+    a3 = launch({"candidate": cands[0], "overrides": {}, "fit_rung": None})
+    a4 = launch({"candidate": cands[1], "overrides": {}, "fit_rung": None})
+    for a in (a3, a4):
+        a["metrics"] = _only(a["metrics"], (1,))
+    nxt = F.mtp_tune_complete([a3, a4], [1, 4, 16], "latency", 1)
+    assert nxt["candidate"]["key"] == "s4-k1-d5" and nxt["levels"] == [1, 4, 16]
+    assert nxt["reason"].startswith("levels C=1,4,16: s4-k1-d5, the winner") and "(levels C=1,4,16" in nxt["label"]
+    assert F.mtp_tune_complete([a3, a4], [1, 4, 16], "latency", 1, max_launches=2) is None
+    failed = {"key": "s4-k1-d5", "candidate": cands[1], "overrides": {}, "status": "failed",
+              "failure_class": "crash", "reason": nxt["reason"]}
+    assert F.mtp_tune_complete([a3, a4, failed], [1, 4, 16], "latency", 1) is None
+    # already measured at every level (a search at every level, or a resumed table): nothing to complete
+    b4 = launch({"candidate": cands[1], "overrides": {}, "fit_rung": None})
+    assert F.mtp_tune_complete([a3, b4], [1, 4, 16, 32], "latency", 1) is None
+    # nothing measured yet, or nothing to complete
+    assert F.mtp_tune_complete([], [1, 4], "latency", 1) is None
+    assert F.mtp_tune_complete([a3, a4], [], "latency", 1) is None
+
+
+def test_complete_measures_the_tied_contenders_after_the_winner():
+    cands = F.mtp_tune_candidates([4, 5])
+    a4 = launch({"candidate": cands[0], "overrides": {}, "fit_rung": None})
+    a5 = launch({"candidate": cands[1], "overrides": {}, "fit_rung": None})
+    for a in (a4, a5):
+        a["metrics"] = _only(a["metrics"], (1,))
+    # steps 4 and 5 are 1.8 % apart at C=1: a tie at the default band, the cheaper 4 wins
+    first = F.mtp_tune_complete([a4, a5], [1, 16], "latency", 1)
+    assert first["candidate"]["key"] == "s4-k1-d5" and "the winner" in first["reason"]
+    done4 = dict(launch(first), reason=first["reason"])
+    second = F.mtp_tune_complete([a4, a5, done4], [1, 16], "latency", 1)
+    assert second["candidate"]["key"] == "s5-k1-d6" and "tied with the winner" in second["reason"]
+    done5 = dict(launch(second), reason=second["reason"])
+    assert F.mtp_tune_complete([a4, a5, done4, done5], [1, 16], "latency", 1) is None
+
+
+def test_judged_search_under_noise_stays_bounded_and_completes_the_final_winner():
+    """With launch noise the completing launch moves the pooled figure and may change the winner;
+    the new winner is completed in turn, and the loop ends."""
+    for seed in range(12):
+        rng = random.Random(seed)
+        plan, attempts, best = tune_judged("latency", (1, 16, 32), rng=rng, cv=0.03)
+        keys = [a["key"] for a in attempts if a["reason"].startswith("levels ")]
+        assert len(keys) == len(set(keys))
+        win = best["winner"]["key"]
+        assert any(a["key"] == win and len(a["metrics"]) == 3 for a in attempts if a["status"] == "ok")
