@@ -206,6 +206,37 @@ def save(rows, args):
     os.replace(path + ".part", path)
 
 
+def spread_pct(values):
+    """(max - min) / min of the figures, in %, or None with fewer than two."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2 or min(vals) <= 0:
+        return None
+    return (max(vals) - min(vals)) / min(vals) * 100.0
+
+
+def judge(row, figure="output_throughput", tolerance=2.0):
+    """The target on one level, stated against what the server allows.
+
+    ``drift`` is the larger spread of either tool's own repeated runs on the same prompts (the
+    collection's bracket every bench_serving run): how far the server moved between runs. Where
+    it is within ``tolerance`` the level is judged and the two medians must agree within it; where
+    the server moved more, no 2 % difference can be seen either way, and the medians must only
+    agree within that drift (a client disagreeing by more than the server moves is wrong whatever
+    the server did). Returns ``{"judged", "ok", "diff_pct", "drift_pct", "bound_pct"}``.
+    """
+    ours = [r.get(figure) for r in row.get("collection") or []]
+    theirs = [r.get(figure) for r in (row.get("bench_serving_runs") or [row.get("bench_serving") or {}])]
+    mine = median_run([dict(r, output_throughput=r.get(figure)) for r in row.get("collection") or []])
+    b = median_run([dict(r, output_throughput=r.get(figure)) for r in
+                    (row.get("bench_serving_runs") or [row.get("bench_serving") or {}])])
+    diff = rel(mine.get(figure), b.get(figure))
+    drift = max([x for x in (spread_pct(ours), spread_pct(theirs)) if x is not None] or [0.0])
+    judged = drift <= tolerance
+    bound = tolerance if judged else drift
+    return {"judged": judged, "ok": diff is not None and abs(diff) <= bound, "diff_pct": diff,
+            "drift_pct": round(drift, 2), "bound_pct": round(bound, 2)}
+
+
 def median_run(runs):
     """The run whose output tok/s is the median of ``runs`` (the lower middle for an even count)."""
     ok = [r for r in runs if r.get("output_throughput") is not None]
