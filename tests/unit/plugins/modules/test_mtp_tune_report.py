@@ -430,3 +430,22 @@ def test_summary_says_whether_the_noise_was_measured_or_assumed():
     md = R.render_summary(R.finalize(d))
     assert "- Noise: measured: 16% between launches of one setting (1 degree of freedom), above mtp_tune_noise 1.5%; " \
            "the tie bands use +/-16 %" in md
+
+
+def test_summary_of_a_search_at_the_judged_level_marks_the_winners_full_row():
+    d = doc()
+    d["settings"]["search_levels"] = [1]
+    d["attempts"] = [
+        attempt(3, {1: (234.0, 230.0)}),
+        attempt(4, {1: (277.0, 270.0)}),
+        attempt(4, {1: (275.0, 268.0), 32: (52.0, 1750.0)},
+                reason="levels C=1,32: s4-k1-d5, the winner, measured at every level for the report"),
+    ]
+    md = R.render_summary(R.finalize(d))
+    assert "Search benchmarked C=1 only (mtp_tune_search_levels=judged)" in md
+    assert "| 4 (5) | 277 / 270 | - |" in md
+    assert "| **4 (5)** (winner) all levels | 275 / 268 | 52 / 1750 |" in md
+    assert "| 3 (4) | 234 / 230 | - |" in md and md.count("(winner)") == 1
+    # a search at every level says nothing about it
+    d["settings"]["search_levels"] = [1, 32]
+    assert "Search benchmarked" not in R.render_summary(R.finalize(d))
