@@ -362,6 +362,7 @@ def bench_search(args):
                   sum(t["unbounded"] for t in twins), len(fooled), sum(1 for t in twins if t["open"]),
                   min([t["regret"] for t in fooled] or [0]) * 100, max([t["regret"] for t in fooled] or [0]) * 100,
                   sorted(t["regret"] for t in fooled)[len(fooled) // 2] * 100 if fooled else 0.0))
+    wall_bench(lands, algos[0][2])
     settled = [tune_until_settled(land, algos[0][2]) for land in lands]
     misses = sum(1 for land, (_a, k) in zip(lands, settled)
                  if truth(land)[k] < max(truth(land).values()) * (1.0 - band0) - 1e-9)
@@ -381,6 +382,58 @@ def bench_search(args):
         fl = sum(floor_launches([truth(land)[k] for k in keys], req, band0) for land in lands)
         print("   the same, launching %s first: %d = %.1f %%" % (what, fl, 100.0 * fl / (len(STEPS) * len(lands))))
     return summary
+
+
+def complete(mod, land, attempts, levels, rng=None, cv=0.0, noise=0.015):
+    """The role's completing launches after the search (mtp_tune_complete): each measured at
+    every level; returns how many there were."""
+    n = 0
+    for _i in range(len(STEPS)):
+        nxt = mod.mtp_tune_complete(attempts, levels, land["objective"], land["level"], None, None, noise)
+        if nxt is None:
+            break
+        cand = nxt["candidate"]
+        attempts.append({"key": cand["key"], "candidate": cand, "overrides": nxt["overrides"], "fit_rung": None,
+                         "reason": nxt["reason"], "status": "ok", "metrics": measure(land, cand, rng, cv)})
+        n += 1
+    return n
+
+
+# A node's benchmark per level (the role's default six levels, 1024 in / 1024 out: 4-10 min per
+# launch over all six on the calibrated 122B node, DESIGN.md) and its model load.
+WALL_LEVELS = (1, 2, 4, 8, 16, 32)
+WALL_BENCH_MIN = 1.0
+WALL_LOAD_MIN = (2.0, 5.0)
+
+
+def wall_bench(lands, kw):
+    """Wall time of a tune, noise-free, in the model above: the sweep benchmarking every launch at
+    every level, against the adaptive search benchmarking the judged level only and then completing
+    the winner and its ties at every level (mtp_tune_search_levels=judged)."""
+    if not hasattr(NEW, "mtp_tune_complete"):
+        return
+    print("\nWall time (model: load %s min, benchmark %.0f min per level, %d levels), noise-free, per landscape "
+          "summed:" % (" or ".join("%.0f" % x for x in WALL_LOAD_MIN), WALL_BENCH_MIN, len(WALL_LEVELS)))
+    rows = []
+    for land in lands:
+        atts, _key = tune(NEW, land, "adaptive", **kw)
+        for att in atts:  # the search's launches measured the judged level only
+            att["metrics"] = {str(land["level"]): att["metrics"][str(land["level"])]}
+        # the report's levels: the landscape's and one more, so every tune has a table to complete
+        want = sorted(set(land["levels"]) | {land["level"], 2 * max(land["levels"])})
+        done = complete(NEW, land, atts[:], want)
+        rows.append((len(atts), done))
+    n = len(STEPS)
+    for load in WALL_LOAD_MIN:
+        full = load + WALL_BENCH_MIN * len(WALL_LEVELS)
+        judged = load + WALL_BENCH_MIN
+        sweep = n * full * len(lands)
+        adaptive_all = sum(a * full for a, _k in rows)
+        adaptive_judged = sum(a * judged + k * full for a, k in rows)
+        print("   load %.0f min: sweep %.0f min; adaptive at every level %.1f %% of it; adaptive at the judged level "
+              "+ completing %.1f %% (%d completing launches over %d landscapes)" % (
+                  load, sweep, 100.0 * adaptive_all / sweep, 100.0 * adaptive_judged / sweep,
+                  sum(k for _a, k in rows), len(lands)))
 
 
 # --------------------------------------------------------------------------- fit benchmark
