@@ -1203,6 +1203,39 @@ def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, s
     return out
 
 
+def mtp_tune_model_check(attempts, candidates, objective="latency", level=None, slo_min_tps=None,
+                         slo_max_ttft_p99_ms=None, noise=0.015):
+    """Whether the launches agree with the model the search's bounds rest on.
+
+    Per topk lane and judged series (time per verify round at the judged level, from the accept
+    length and the rate): a round that gets faster with more draft tokens beyond the noise breaks
+    monotony (no bound is used there); a bend the other way (an extra draft token costing less than
+    the one before, beyond the noise) breaks convexity (only the monotone bound is used there). A
+    change of server configuration between launches (a fitted running-request cap or graph batch)
+    is such a bend as the model sees it. Returns ``{"holds", "broken": [text]}``.
+    """
+    noise = _node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    states = _state(attempts)
+    lanes = {}
+    for cand in candidates or []:
+        lanes.setdefault(cand["topk"], []).append(cand)
+    broken = []
+    for topk in sorted(lanes):
+        lane = _Lane(lanes[topk], states, objective, level, noise, slo_min_tps, convex=True)
+        for (c, kind), series in sorted(lane.series.items()):
+            judged = c == (level if level is not None else c) and kind == ("pr" if objective == "latency" else "ag")
+            if not judged or len(series["xs"]) < 2:
+                continue
+            depths = ", ".join(str(x + 1) for x in series["xs"])
+            if not series["mono"]:
+                broken.append("topk %s at C=%s: a verify round got faster with more draft tokens (draft tokens %s); "
+                              "no bound is used there" % (topk, c, depths))
+            elif not series["convex"] and len(series["xs"]) >= 3:
+                broken.append("topk %s at C=%s: an extra draft token cost less than the one before (draft tokens %s); "
+                              "only the monotone bound is used there" % (topk, c, depths))
+    return {"holds": not broken, "broken": broken}
+
+
 def _finite(x, digits):
     """A rounded figure for results.json, None for no figure or no bound (JSON has no infinity)."""
     return None if x is None or math.isinf(x) else round(x, digits)
@@ -1217,7 +1250,10 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
     ``interval`` the winner's own band.  ``decided_at`` is kept from ``previous`` (the stored
     winner) when the same setting still wins, so a re-run that changes nothing also writes
     nothing new.  With ``candidates`` (the run's list), ``unverified`` lists the candidates never
-    measured that no measurement rules out (mtp_tune_unverified).
+    measured that the model does not rule out (mtp_tune_unverified, those it leaves open with a
+    convex round time where the measurements agree with convexity), ``model_rules_out`` those only
+    the convexity rules out, and ``model`` whether the measurements agree with the model
+    (mtp_tune_model_check).
     """
     best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
     w = best["winner"]
@@ -1231,8 +1267,15 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
            "interval": [w["score"]["low"], w["score"]["high"]],
            "noise": mtp_tune_node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)}
     if candidates:
-        out["unverified"] = mtp_tune_unverified(attempts, candidates, objective, level, slo_min_tps,
-                                                slo_max_ttft_p99_ms, noise, fit_classes)
+        rows = mtp_tune_unverified(attempts, candidates, objective, level, slo_min_tps,
+                                   slo_max_ttft_p99_ms, noise, fit_classes)
+        # The stated model (accept length concave in depth, verify-round time non-decreasing and
+        # convex within one configuration) is what the search's bounds rest on: what it rules
+        # out is not open; what only a landscape outside it could make win is named apart.
+        out["unverified"] = [u for u in rows if not u["convex_rules_out"]]
+        out["model_rules_out"] = [u for u in rows if u["convex_rules_out"]]
+        out["model"] = mtp_tune_model_check(attempts, candidates, objective, level, slo_min_tps,
+                                            slo_max_ttft_p99_ms, noise)
     prev = previous if isinstance(previous, dict) else {}
     if prev.get("key") == out["key"] and (prev.get("overrides") or {}) == out["overrides"] and prev.get("decided_at"):
         out["decided_at"] = prev["decided_at"]

@@ -14,7 +14,7 @@ results.json layout (``schema`` 1)::
                    "failure_line", "journal_tail", "metrics": {"1": {sglang_bench level}, ...},
                    "timings": {"started", "launch_s", "bench_s", "wall_s"}, "run": run id}],
      "winner": {"key", "candidate", "overrides", "score", "decided_by", "tied", "decided_at", "margin",
-                "band", "interval", "noise", "unverified"} | null,
+                "band", "interval", "noise", "unverified", "model_rules_out", "model"} | null,
      "stats": {"launches", "failed_launches", "candidates", "wall_s", "launch_s", "bench_s"},
      "converge": {...} | null}
 
@@ -372,9 +372,24 @@ def _unverified_line(winner):
         if u.get("convex_rules_out") is True:
             what += "; ruled out if each extra draft token costs at least the one before"
         parts.append("steps %s (%s)" % (u.get("steps"), what))
-    return ("- Could still beat the winner (no measurement rules them out; a verify round is only assumed never "
-            "to get faster with more draft tokens): %s. Launch them, or run with mtp_tune_strategy sweep, "
-            "to settle it" % ", ".join(parts))
+    return ("- Could still beat the winner (the measurements and the model do not rule them out): %s. Launch "
+            "them, or run with mtp_tune_strategy sweep, to settle it" % ", ".join(parts))
+
+
+def _model_lines(winner):
+    """What only the model rules out, and where the measurements broke it."""
+    out = []
+    rows = [u for u in winner.get("model_rules_out") or [] if isinstance(u, dict)]
+    if rows:
+        out.append("- Ruled out by the model alone (a verify round's extra draft token never costs less than the one "
+                   "before, within one server configuration): %s" % ", ".join(
+                       "steps %s (%s)" % (u.get("steps"), "no bound without it" if as_number(u.get("gain")) is None
+                                          else "up to %+.0f %% without it" % (as_number(u.get("gain")) * 100))
+                       for u in rows))
+    model = winner.get("model") if isinstance(winner.get("model"), dict) else {}
+    for text in model.get("broken") or []:
+        out.append("- The measurements break the model: %s" % text)
+    return out
 
 
 def render_summary(doc):
@@ -433,6 +448,7 @@ def render_summary(doc):
         open_ = _unverified_line(winner)
         if open_:
             out.append(open_)
+        out += _model_lines(winner)
         fit = (s.get("fit_ladder") or {}) if isinstance(s.get("fit_ladder"), dict) else {}
         mrr = (winner.get("overrides") or {}).get("max_running_requests")
         if mrr is not None and fit.get("judged_floor") and int(mrr) < int(fit["judged_floor"]):

@@ -997,3 +997,42 @@ def test_judged_search_under_noise_stays_bounded_and_completes_the_final_winner(
         assert len(keys) == len(set(keys))
         win = best["winner"]["key"]
         assert any(a["key"] == win and len(a["metrics"]) == 3 for a in attempts if a["status"] == "ok")
+
+
+# ---------------------------------------------------------------------------- the stated model
+
+def _rounds(ms_by_steps, alpha=0.9):
+    """Attempts whose time per verify round at C=1 is ms_by_steps[k] (chain accept length at alpha)."""
+    return [_att(k, {"1": {"decode_tps_per_request": {"mean": _chain(k, alpha) / (t / 1000.0)},
+                           "accept_length": _chain(k, alpha), "failed": 0}}) for k, t in sorted(ms_by_steps.items())]
+
+
+def test_winner_keeps_open_only_what_the_model_leaves_open():
+    """Round times 10, 11, 13, 16 ms at steps 3, 4, 6, 8 (each extra draft token dearer): with the
+    convexity, steps 1 and 2 cannot beat the winner; without it nothing cheaper than steps 3 was
+    measured, so they would stay open. They move from ``unverified`` to ``model_rules_out``."""
+    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8])
+    atts = _rounds({3: 10.0, 4: 11.0, 6: 13.0, 8: 16.0})
+    rows = F.mtp_tune_unverified(atts, cands, "latency")
+    w = F.mtp_tune_winner(atts, "latency", candidates=cands)
+    assert [u["key"] for u in w["unverified"]] == [u["key"] for u in rows if not u["convex_rules_out"]]
+    assert [u["key"] for u in w["model_rules_out"]] == [u["key"] for u in rows if u["convex_rules_out"]]
+    assert {"s1-k1-d2", "s2-k1-d3"} <= set(u["key"] for u in w["model_rules_out"])
+    # steps 5, between two measured depths either side of the winner 6, stays open either way
+    assert [u["key"] for u in w["unverified"]] == ["s5-k1-d6"] and w["model"] == {"holds": True, "broken": []}
+
+
+def test_model_check_names_a_bend_and_a_round_that_got_faster():
+    cands = F.mtp_tune_candidates([2, 3, 4, 6, 8])
+    # steps 3 -> 4 costs 4 ms, 4 -> 6 only 1 ms per token: a bend the model forbids
+    bent = F.mtp_tune_model_check(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), cands, "latency", 1)
+    assert not bent["holds"] and len(bent["broken"]) == 1
+    assert "topk 1 at C=1: an extra draft token cost less than the one before (draft tokens 4, 5, 7)" in bent["broken"][0]
+    faster = F.mtp_tune_model_check(_rounds({3: 10.0, 6: 8.0}), cands, "latency", 1)
+    assert not faster["holds"] and "got faster with more draft tokens" in faster["broken"][0]
+    # within the noise band, or with one point per lane, nothing is broken
+    assert F.mtp_tune_model_check(_rounds({3: 10.0, 4: 10.1, 6: 10.2}), cands, "latency", 1)["holds"]
+    assert F.mtp_tune_model_check(_rounds({3: 10.0}), cands, "latency", 1)["holds"]
+    # where the bend broke it, the winner keeps the candidates only convexity would have ruled out
+    w = F.mtp_tune_winner(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), "latency", candidates=cands)
+    assert not w["model"]["holds"] and all(not u["convex_rules_out"] for u in w["unverified"])

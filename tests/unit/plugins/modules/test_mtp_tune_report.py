@@ -449,3 +449,24 @@ def test_summary_of_a_search_at_the_judged_level_marks_the_winners_full_row():
     # a search at every level says nothing about it
     d["settings"]["search_levels"] = [1, 32]
     assert "Search benchmarked" not in R.render_summary(R.finalize(d))
+
+
+def test_summary_names_what_the_model_alone_rules_out_and_where_it_broke():
+    d = doc()
+    d["settings"]["strategy"] = "adaptive"
+    d["winner"]["unverified"] = []
+    d["winner"]["model_rules_out"] = [
+        {"key": "s1-k1-d2", "steps": 1, "topk": 1, "draft_tokens": 2, "bound": None, "gain": None,
+         "bound_convex": 250.0, "gain_convex": -0.1, "convex_rules_out": True},
+        {"key": "s2-k1-d3", "steps": 2, "topk": 1, "draft_tokens": 3, "bound": 300.0, "gain": 0.083,
+         "bound_convex": 270.0, "gain_convex": -0.02, "convex_rules_out": True}]
+    d["winner"]["model"] = {"holds": True, "broken": []}
+    md = R.render_summary(R.finalize(d))
+    assert "Could still beat" not in md
+    line = [x for x in md.splitlines() if x.startswith("- Ruled out by the model alone")]
+    assert len(line) == 1 and "steps 1 (no bound without it), steps 2 (up to +8 % without it)" in line[0]
+    assert "break the model" not in md
+    d["winner"]["model"] = {"holds": False, "broken": ["topk 1 at C=1: an extra draft token cost less than the one "
+                                                       "before (draft tokens 4, 5, 7); only the monotone bound is used there"]}
+    md = R.render_summary(R.finalize(d))
+    assert "- The measurements break the model: topk 1 at C=1: an extra draft token cost less" in md
