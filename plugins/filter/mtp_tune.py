@@ -25,7 +25,8 @@ __metaclass__ = type
 
 import math
 
-from ansible_collections.blackwell.sglang.plugins.module_utils.bench_metrics import accept_lengths_by_depth
+from ansible_collections.blackwell.sglang.plugins.module_utils.bench_metrics import (
+    accept_length_high_deeper, accept_lengths_by_depth)
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
 
 try:
@@ -582,13 +583,16 @@ class _Lane(object):
 
     @staticmethod
     def _histogram_caps(lane, states):
-        """Upper ends of the accept length at depths shallower than a launch, from that launch's
-        histogram of correct drafts (``accept_length_bounds_by_depth`` of sglang_bench): counted,
-        not fitted, so far tighter than the chain model's acceptance widened by the noise. Per
-        launch the highest over its levels, then the lowest over the launches. The interval
-        counts verify rounds only; the server's accept length also counts each request's first
-        token, so each cap is scaled by the launch's own ratio of the two."""
+        """Upper ends of the accept length at other depths than a launch's, from that launch's
+        histogram of correct drafts: shallower ones from ``accept_length_bounds_by_depth`` of
+        sglang_bench, deeper ones from ``accept_length_high_deeper`` (what concavity and the
+        stretches between wrong guesses allow). Counted, not fitted, so far tighter than the
+        chain model's acceptance widened by the noise. Per launch the highest over its levels,
+        then the lowest over the launches. The interval counts verify rounds only; the server's
+        accept length also counts each request's first token, so each cap is scaled by the
+        launch's own ratio of the two."""
         caps = {}
+        deepest = max(c["draft_tokens"] - 1 for c in lane) if lane else 0
         for cand in lane:
             st = states.get(cand["key"])
             ok = (st or {}).get("ok")
@@ -612,6 +616,10 @@ class _Lane(object):
                     high = _num(pair[1])
                     if high:
                         mine[int(k)] = max(mine.get(int(k), 0.0), high * scale)
+                for k in range(x + 1, deepest + 1):
+                    high = accept_length_high_deeper(hist, k, level_metrics(node)["completed"] or 0)
+                    if high:
+                        mine[k] = max(mine.get(k, 0.0), high * scale)
             for k, high in mine.items():
                 caps[k] = min(caps.get(k, float("inf")), high)
         return caps
@@ -649,12 +657,16 @@ class _Lane(object):
         return max(low, 0.0)
 
     def _tau_high(self, x):
-        high = _chain_tau(x, self.alpha_hi) if self.chain else float(x + 1)
+        if x in self.tau_cap:
+            # Counted from a launch's histogram, sound under both models of where a draft's
+            # mistakes come from. The chain model's geometric decay is not a bound: on the real
+            # self-draft sweep depth 6 accepted 1.84, above what it allows from depth 2 (1.83).
+            high = self.tau_cap[x] * (1 + self.noise)
+        else:
+            high = _chain_tau(x, self.alpha_hi) if self.chain else float(x + 1)
         right = [a for a in sorted(self.tau) if a > x]
         if right:
             high = min(high, self.tau[right[0]] * (1 + self.noise))
-        if x in self.tau_cap:
-            high = min(high, self.tau_cap[x] * (1 + self.noise))
         return high
 
     def _rate_high(self, x, c, kind):

@@ -284,6 +284,33 @@ def accept_length_bounds_by_depth(hist, requests=0):
     return out
 
 
+def accept_length_high_deeper(hist, depth, requests=0):
+    """The most accept length per verify round a DEEPER chain depth (``depth`` > K = len(hist) - 1,
+    topk 1) could have, from one launch's histogram at K; None without one. Sound under both models
+    of ``accept_length_bounds_by_depth``, the larger of the two:
+
+    - ROUND-START model: the k-th draft token adds P(the first k are correct), which never grows
+      with k (the accept length is concave in depth): each token past K adds at most the share of
+      rounds in which all K were correct, ``hist[K] / rounds``.
+    - PREFIX model: the output splits at the positions whose draft guess is wrong; every round with
+      fewer than K correct drafts ends such a stretch, so depth k needs at least one round per
+      stretch, and at least positions / (k + 1) rounds in all (the all-correct rounds' bonus
+      positions taken as correct guesses, the stretches as long as they can be), less one cut
+      round per request.
+    """
+    if not hist or len(hist) < 2:
+        return None
+    K = len(hist) - 1
+    rounds = float(sum(hist))
+    positions = sum((j + 1) * n for j, n in enumerate(hist))
+    if rounds <= 0 or positions <= 0 or depth <= K:
+        return None
+    round_start = positions / rounds + (depth - K) * hist[K] / rounds
+    stretches = sum(hist[:K])
+    least = max(1.0, max(float(stretches), positions / float(depth + 1)) - max(0, int(requests or 0)))
+    return max(round_start, positions / least)
+
+
 # ---------------------------------------------------------------- steady state
 def steady_state(records, concurrency, ratio=0.9, bridge=0.005):
     """Output throughput over the longest interval with >= ceil(ratio * concurrency) requests in
