@@ -363,6 +363,9 @@ def bench_search(args):
                   min([t["regret"] for t in fooled] or [0]) * 100, max([t["regret"] for t in fooled] or [0]) * 100,
                   sorted(t["regret"] for t in fooled)[len(fooled) // 2] * 100 if fooled else 0.0))
     wall_bench(lands, algos[0][2])
+    print("\nNoise the tuner is not told (independent draws per launch and per strategy, %d tunes each):" % args.tunes)
+    for cv in (0.025, 0.03):
+        noise_bench(lands, algos[0][2], cv, args.tunes)
     settled = [tune_until_settled(land, algos[0][2]) for land in lands]
     misses = sum(1 for land, (_a, k) in zip(lands, settled)
                  if truth(land)[k] < max(truth(land).values()) * (1.0 - band0) - 1e-9)
@@ -434,6 +437,44 @@ def wall_bench(lands, kw):
               "+ completing %.1f %% (%d completing launches over %d landscapes)" % (
                   load, sweep, 100.0 * adaptive_all / sweep, 100.0 * adaptive_judged / sweep,
                   sum(k for _a, k in rows), len(lands)))
+
+
+def noise_bench(lands, kw, cv, tunes, told=False):
+    """Winners under launch noise the tuner is not told: every launch draws its own noise at
+    ``cv``; the tuner keeps mtp_tune_noise's default floor (1.5 %) and relaunches its first setting
+    once (mtp_tune_noise_launches 1) to measure the node. The sweep runs on its own draws (no
+    measurement shared). Counts tunes whose winner is within the band (sqrt(2) x 2 cv) of the true
+    best, per strategy, and the landscapes where adaptive does worse than the sweep by more than
+    2 tunes in ``tunes``."""
+    band = math.sqrt(2) * 2 * cv
+    noise = 2 * cv if told else 0.015
+    extra = {} if told else {"noise_launches": 1}
+    tot = {"adaptive": 0, "sweep": 0}
+    launches = {"adaptive": 0, "sweep": 0}
+    worse = []
+    for li, land in enumerate(lands):
+        vals = truth(land)
+        top = max(vals.values())
+        got = {}
+        for strategy in ("adaptive", "sweep"):
+            n = 0
+            for t in range(tunes):
+                rng = random.Random("noise-%s-%s-%d-%s" % (li, strategy, t, cv))
+                args = dict(kw, **extra) if strategy == "adaptive" else dict(extra)
+                atts, key = tune(NEW, land, strategy, rng=rng, cv=cv, noise=noise, **args)
+                n += vals[key] >= top * (1 - band)
+                launches[strategy] += len(atts)
+            got[strategy] = n
+            tot[strategy] += n
+        if got["adaptive"] < got["sweep"] - 2:
+            worse.append((land["name"], got["adaptive"], got["sweep"]))
+    runs = tunes * len(lands)
+    print("   cv %.1f %% (%s): winner within the band (%.1f %%) of the true best: adaptive %d/%d, sweep %d/%d; "
+          "launches per tune %.1f vs %.1f; landscapes where adaptive is more than 2/%d worse: %d%s" % (
+              cv * 100, "told: mtp_tune_noise %.3f" % noise if told else "not told: floor 1.5 %, 1 noise launch",
+              band * 100, tot["adaptive"], runs, tot["sweep"], runs, launches["adaptive"] / float(runs),
+              launches["sweep"] / float(runs), tunes, len(worse),
+              (" (" + "; ".join("%s %d vs %d" % w for w in worse) + ")") if worse else ""))
 
 
 # --------------------------------------------------------------------------- fit benchmark
