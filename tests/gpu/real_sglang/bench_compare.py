@@ -68,8 +68,25 @@ def theirs_prompts(args, n, out_dir):
     return path
 
 
+def drop_chunk_usage(sc):
+    """``--no-chunk-usage``: the collection's chat and completions requests without
+    ``continuous_usage_stats`` (only the final usage). An experiment, not a mode of the client: it
+    counts tokens per chunk from that field, so without it the accept length and per-chunk figures
+    are rougher; what it answers is whether a usage object per chunk costs the server time."""
+    build = sc.build_payload
+
+    def without(*a, **k):
+        body = json.loads(build(*a, **k))
+        if "stream_options" in body:
+            body["stream_options"] = {"include_usage": True}
+        return json.dumps(body, separators=(",", ":")).encode()
+    sc.build_payload = without
+
+
 def ours(url, endpoint, level, args):
     from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+    if args.no_chunk_usage and sc.build_payload.__name__ != "without":
+        drop_chunk_usage(sc)
     cfg = {"url": url, "endpoint": endpoint, "concurrency": [level],
            "num_prompts": n_prompts(level, args),
            "input_len": args.input_len, "output_len": args.output_len, "temperature": 0.0,
@@ -155,6 +172,8 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--same-prompts", action="store_true",
                     help="both tools send one set of text prompts (see the module's doc)")
+    ap.add_argument("--no-chunk-usage", action="store_true",
+                    help="the collection's requests without stream_options.continuous_usage_stats (experiment)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternate the tools this many times per level (collection first and last)")
     args = ap.parse_args()
@@ -199,7 +218,8 @@ def main():
 
 
 def save(rows, args):
-    path = os.path.join(args.out, "bench_compare%s.json" % (("_" + args.label) if args.label else ""))
+    label = (args.label or "") + ("_nochunkusage" if args.no_chunk_usage else "")
+    path = os.path.join(args.out, "bench_compare%s.json" % (("_" + label) if label else ""))
     with open(path + ".part", "w") as f:
         saved = dict(vars(args), same_prompts=args.same_prompts[0] if args.same_prompts else False)
         json.dump({"rows": rows, "args": saved}, f, indent=1, default=str)
