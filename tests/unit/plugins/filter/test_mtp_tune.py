@@ -1045,3 +1045,47 @@ def test_model_check_names_a_bend_and_a_round_that_got_faster():
     # where the bend broke it, the winner keeps the candidates only convexity would have ruled out
     w = F.mtp_tune_winner(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), "latency", candidates=cands)
     assert not w["model"]["holds"] and all(not u["convex_rules_out"] for u in w["unverified"])
+
+
+# ---------------------------------------------------------------------------- the attempt record
+
+def _launch(**kw):
+    nxt = {"candidate": F.mtp_tune_candidates([4])[0], "overrides": {}, "fit_rung": None, "reason": "sweep"}
+    out = {"next": nxt, "run": "R", "workload": {"levels": [1]}, "ready": True, "cap": None, "judged_floor": 4,
+           "started": "2026-12-04T21:00:00Z", "launch_s": "12.5", "wall_s": 40.0,
+           "wait": {"ready": True, "seconds": 11.0},
+           "bench": {"failed": False, "by_concurrency": {"1": {"concurrency": 1, "completed": 10}},
+                     "levels": [{"concurrency": 1, "completed": 10}], "duration_s": 20.0, "server": {"tp_size": 4},
+                     "bench_warnings": ["w"]}}
+    out.update(kw)
+    return out
+
+
+def test_attempt_record_of_a_measured_launch():
+    att = F.mtp_tune_attempt(_launch())
+    assert att["key"] == "s4-k1-d5" and att["status"] == "ok" and att["failure_class"] is None
+    assert att["metrics"] == {"1": {"concurrency": 1, "completed": 10}} and att["bench_warnings"] == ["w"]
+    assert att["timings"] == {"started": "2026-12-04T21:00:00Z", "launch_s": 12.5, "wait_s": 11.0, "bench_s": 20.0,
+                              "wall_s": 40.0}
+    assert att["hint"] is None and att["journal_tail"] == [] and att["server"] == {"tp_size": 4}
+    assert att["run"] == "R" and att["workload"] == {"levels": [1]} and att["reason"] == "sweep"
+
+
+def test_attempt_record_of_each_failure():
+    down = F.mtp_tune_attempt(_launch(ready=False, bench={"skipped": True},
+                                      wait={"ready": False, "failure_class": "oom_kv_cache", "failure_line": "L",
+                                            "hint": "H", "journal_tail": ["a", "b"]}))
+    assert (down["status"], down["failure_class"], down["failure_line"], down["hint"]) == ("failed", "oom_kv_cache", "L", "H")
+    assert down["journal_tail"] == ["a", "b"] and down["metrics"] == {}
+    # a wait that names no class, or never ran
+    assert F.mtp_tune_attempt(_launch(ready="False", wait={}, bench={}))["failure_class"] == "unknown"
+    capped = F.mtp_tune_attempt(_launch(cap=3))
+    assert capped["failure_class"] == "capped" and "capped max_running_requests to 3, below the floor of 4" in \
+        capped["failure_line"]
+    # a benchmark that failed keeps the levels it finished
+    half = F.mtp_tune_attempt(_launch(bench={"failed": True, "msg": "server lost", "levels": [
+        {"concurrency": 1, "completed": 10}, {"concurrency": 8, "completed": 0}]}))
+    assert half["failure_class"] == "bench_failed" and half["failure_line"] == "server lost"
+    assert sorted(half["metrics"]) == ["1", "8"] and half["journal_tail"] == []
+    with pytest.raises(AnsibleFilterError, match="mtp_tune_attempt needs a dict"):
+        F.mtp_tune_attempt({"ready": True})
