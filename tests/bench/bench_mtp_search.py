@@ -363,6 +363,7 @@ def bench_search(args):
                   min([t["regret"] for t in fooled] or [0]) * 100, max([t["regret"] for t in fooled] or [0]) * 100,
                   sorted(t["regret"] for t in fooled)[len(fooled) // 2] * 100 if fooled else 0.0))
     wall_bench(lands, algos[0][2])
+    model_bench(lands, algos[0][2])
     print("\nNoise the tuner is not told (independent draws per launch and per strategy, %d tunes each):" % args.tunes)
     for cv in (0.025, 0.03):
         noise_bench(lands, algos[0][2], cv, args.tunes)
@@ -437,6 +438,26 @@ def wall_bench(lands, kw):
               "+ completing %.1f %% (%d completing launches over %d landscapes)" % (
                   load, sweep, 100.0 * adaptive_all / sweep, 100.0 * adaptive_judged / sweep,
                   sum(k for _a, k in rows), len(lands)))
+
+
+def model_bench(lands, kw):
+    """After the adaptive search, noise-free: what the winner's report leaves open under the stated
+    model (``unverified``), what only the model's convexity rules out, and on which landscapes the
+    launches break the model (mtp_tune_model_check)."""
+    cands = NEW.mtp_tune_candidates(STEPS)
+    rows = []
+    for land in lands:
+        atts, _key = tune(NEW, land, "adaptive", **kw)
+        w = NEW.mtp_tune_winner(atts, land["objective"], land["level"], None, None, 0.015, candidates=cands)
+        rows.append((land["name"], len(w["unverified"]), len(w["model_rules_out"]), w["model"]["holds"]))
+    sim = [r for r in rows if r[0].startswith("sim ")]
+    other = [r for r in rows if not r[0].startswith("sim ")]
+    print("\nThe stated model after the adaptive search (noise-free): open under the model %d candidates on %d of %d "
+          "sim landscapes (only the convexity rules out %d); made-up shapes: the launches break the model on %d of %d "
+          "(open there: %d), and %d candidates stay open on the %d that keep it" % (
+              sum(r[1] for r in sim), sum(1 for r in sim if r[1]), len(sim), sum(r[2] for r in sim),
+              sum(1 for r in other if not r[3]), len(other), sum(r[1] for r in other if not r[3]),
+              sum(r[1] for r in other if r[3]), sum(1 for r in other if r[3])))
 
 
 def noise_bench(lands, kw, cv, tunes, told=False):
