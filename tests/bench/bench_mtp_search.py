@@ -364,6 +364,7 @@ def bench_search(args):
                   sorted(t["regret"] for t in fooled)[len(fooled) // 2] * 100 if fooled else 0.0))
     wall_bench(lands, algos[0][2])
     model_bench(lands, algos[0][2])
+    long_list_bench(algos[0][2])
     print("\nNoise the tuner is not told (independent draws per launch and per strategy, %d tunes each):" % args.tunes)
     for cv in (0.025, 0.03):
         noise_bench(lands, algos[0][2], cv, args.tunes)
@@ -458,6 +459,34 @@ def model_bench(lands, kw):
               sum(r[1] for r in sim), sum(1 for r in sim if r[1]), len(sim), sum(r[2] for r in sim),
               sum(1 for r in other if not r[3]), len(other), sum(r[1] for r in other if not r[3]),
               sum(r[1] for r in other if r[3]), sum(1 for r in other if r[3])))
+
+
+def long_list_bench(kw, steps=tuple(range(1, 17))):
+    """The adaptive search over a longer list (steps 1..16) on the simulator's landscapes (the
+    made-up shapes have eight points only), noise-free: launches against the sweep, misses, and
+    what stays open under the model."""
+    global STEPS  # pylint: disable=global-statement
+    saved = STEPS
+    lands = [land for land in library() if land["name"].startswith("sim ")]
+    STEPS = list(steps)
+    try:
+        cands = NEW.mtp_tune_candidates(STEPS)
+        launches = misses = opened = open_lands = 0
+        band = math.sqrt(2) * 0.015
+        for land in lands:
+            vals = truth(land)
+            atts, key = tune(NEW, land, "adaptive", **kw)
+            launches += len(atts)
+            misses += vals[key] < max(vals.values()) * (1 - band) - 1e-9
+            w = NEW.mtp_tune_winner(atts, land["objective"], land["level"], None, None, 0.015, candidates=cands)
+            opened += len(w["unverified"])
+            open_lands += bool(w["unverified"])
+        print("\nSteps %d..%d on the %d simulator landscapes (noise-free): launches %.1f %% of the sweep, winner off the "
+              "band on %d, open under the model %d candidates on %d landscapes" % (
+                  STEPS[0], STEPS[-1], len(lands), 100.0 * launches / (len(STEPS) * len(lands)), misses, opened,
+                  open_lands))
+    finally:
+        STEPS = saved
 
 
 def noise_bench(lands, kw, cv, tunes, told=False):
