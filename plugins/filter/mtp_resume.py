@@ -240,22 +240,26 @@ def mtp_tune_bench_deadline(attempts, explicit=None, timeout=600, levels=None, r
     """Seconds one candidate's benchmark may run on the node before it stops itself.
 
     ``explicit`` (mtp_tune_bench_deadline) wins. Otherwise, once a benchmark of this workload
-    finished, ``factor`` x the longest one so far + ``margin``; before that, a request deadline
-    (``timeout``) per level and repeat, + ``margin``: a level whose requests all hang ends within
-    one request deadline."""
+    finished, ``factor`` x the longest one so far + ``margin``, the longest scaled to the number of
+    ``levels`` asked now (a search at the judged level measures one level, the launch completing
+    the winner's table all of them); before that, a request deadline (``timeout``) per level and
+    repeat, + ``margin``: a level whose requests all hang ends within one request deadline."""
     if explicit not in (None, ""):
         value = float(explicit)
         if value <= 0:
             raise AnsibleFilterError("mtp_tune_bench_deadline must be > 0 seconds, got %r" % (explicit,))
         return value
     took = []
+    asked = len(list(levels)) if levels else None
     for att in attempts or []:
         if att.get("status") != "ok":
             continue
         try:
-            took.append(float((att.get("timings") or {}).get("bench_s")))
+            seconds = float((att.get("timings") or {}).get("bench_s"))
         except (TypeError, ValueError):
             continue
+        measured = sum(1 for c in (att.get("metrics") or {}) if str(c).isdigit())
+        took.append(seconds * asked / measured if (asked and measured) else seconds)
     if took:
         return round(max(took) * float(factor) + float(margin), 1)
     n = max(1, len(list(levels or [1]))) * max(1, int(repeats or 1))

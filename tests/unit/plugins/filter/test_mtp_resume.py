@@ -135,3 +135,9 @@ def test_bench_deadline():
     atts = [dict(_ok(1), timings={"bench_s": 10.0}), dict(_ok(3), timings={"bench_s": 20.0}),
             dict(_failed(5, "bench_failed"), timings={"bench_s": 900})]
     assert r.mtp_tune_bench_deadline(atts, None, 600, [1, 4]) == 120.0
+    # a search at the judged level measured one level in 20 s; completing the winner's table at
+    # six levels may take six times that
+    judged = [dict(_ok(3, levels=(1,)), timings={"bench_s": 20.0})]
+    assert r.mtp_tune_bench_deadline(judged, None, 600, [1]) == 120.0
+    assert r.mtp_tune_bench_deadline(judged, None, 600, [1, 2, 4, 8, 16, 32]) == 420.0
+    assert r.mtp_tune_bench_deadline(judged, None, 600) == 120.0
