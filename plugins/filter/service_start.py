@@ -9,7 +9,8 @@ The service role (``sglang_service_rollback``) and the rollout role both roll a 
 the service role's ``tasks/rollback.yml``; these filters decide whether to restore the previous
 unit or only to stop the failed one, and word what happened, so both roles decide alike.
 
-Filters: sglang_service_rollback_action (restore / stop / none); sglang_service_start_report
+Filters: sglang_service_result (the role's one published result, fact C(sglang_service_result): what
+other roles read instead of the role's registers); sglang_service_rollback_action (restore / stop / none); sglang_service_start_report
 (the failure class, the journal line quoted, its hint and the rollback's outcome, as one record
 and one message); sglang_service_unit_base_url (where a unit's server listens, read from its
 ExecStart, so the restored unit is probed where it serves, not where the failed one tried to).
@@ -88,6 +89,39 @@ def sglang_service_start_report(wait, action="none", rollback_wait=None, unit=No
             "msg": text}
 
 
+# The wait's fields other roles read; an earlier result carries them too, so it can be passed as ``wait``.
+WAIT_FIELDS = ("ready", "seconds", "failure_class", "failure_line", "hint", "msg", "journal_tail", "generated_tokens")
+
+
+def sglang_service_result(wait, unit, unit_changed=False, action="none", rollback_wait=None):
+    """The service role's published result (fact ``sglang_service_result``), one shape whatever ran.
+
+    ``wait`` is a result of blackwell.sglang.sglang_service_wait, an earlier result of this filter
+    (its wait fields carry over), or nothing (no wait ran: a skipped task's result counts as
+    nothing). ``waited`` says whether a wait ran; ``ready`` is None when none did. ``rollback`` is
+    the action taken after a failed start (see sglang_service_rollback_action) and
+    ``rollback_ready`` / ``rollback_failure_class`` / ``rollback_journal_tail`` what the restored
+    unit did (None / [] unless the action was restore and its wait ran).
+    """
+    wait = wait if isinstance(wait, dict) else {}
+    waited = wait.get("ready") is not None and not wait.get("skipped")
+    out = {"unit": unit, "unit_changed": bool(unit_changed), "waited": waited}
+    for key in WAIT_FIELDS:
+        out[key] = wait.get(key) if waited else None
+    out["journal_tail"] = list(out["journal_tail"] or [])
+    if waited:
+        out["ready"] = bool(wait.get("ready"))
+    out["rollback"] = action if action in ACTIONS else "none"
+    rb = rollback_wait if isinstance(rollback_wait, dict) and rollback_wait.get("ready") is not None else {}
+    if rb and out["rollback"] == "restore":
+        out["rollback_ready"] = bool(rb.get("ready"))
+        out["rollback_failure_class"] = None if rb.get("ready") else (rb.get("failure_class") or "unknown")
+        out["rollback_journal_tail"] = list(rb.get("journal_tail") or [])
+    else:
+        out["rollback_ready"], out["rollback_failure_class"], out["rollback_journal_tail"] = None, None, []
+    return out
+
+
 def sglang_service_unit_base_url(text, fallback=None):
     """Loopback base URL of the server a unit starts, from its ExecStart ``--host`` / ``--port``
     (SGLang's defaults 127.0.0.1 and 30000 when absent); ``fallback`` when there is no ExecStart."""
@@ -124,6 +158,7 @@ def sglang_service_unit_base_url(text, fallback=None):
 class FilterModule(object):
     def filters(self):
         return {
+            "sglang_service_result": sglang_service_result,
             "sglang_service_rollback_action": sglang_service_rollback_action,
             "sglang_service_start_report": sglang_service_start_report,
             "sglang_service_unit_base_url": sglang_service_unit_base_url,

@@ -68,3 +68,45 @@ def test_long_lines_are_folded_and_cut():
 ])
 def test_unit_base_url(text, url):
     assert f.sglang_service_unit_base_url(text, "http://fallback:1") == url
+
+
+# --- sglang_service_result ---------------------------------------------------------------------
+
+def test_result_of_a_ready_wait():
+    wait = {"changed": False, "ready": True, "seconds": 12.5, "generated_tokens": 4, "failure_class": None,
+            "journal_tail": [], "msg": "ready", "unit": "sglang-qwen.service"}
+    r = f.sglang_service_result(wait, "sglang-qwen.service", True)
+    assert r["waited"] is True and r["ready"] is True and r["unit_changed"] is True
+    assert r["seconds"] == 12.5 and r["generated_tokens"] == 4
+    assert r["rollback"] == "none" and r["rollback_ready"] is None and r["rollback_journal_tail"] == []
+
+
+def test_result_without_a_wait_is_not_ready_nor_failed():
+    for wait in (None, {}, {"skipped": True, "changed": False}, "junk"):
+        r = f.sglang_service_result(wait, "sglang-qwen.service")
+        assert r["waited"] is False and r["ready"] is None and r["failure_class"] is None
+        assert r["journal_tail"] == [] and r["unit_changed"] is False
+
+
+def test_result_of_a_failed_start_rolled_back():
+    wait = {"ready": False, "failure_class": "oom_kv_cache", "failure_line": "RuntimeError: Not enough memory",
+            "hint": "lower --mem-fraction-static", "journal_tail": ["a", "b"], "seconds": 30}
+    back = {"ready": True, "seconds": 20, "journal_tail": []}
+    r = f.sglang_service_result(wait, "sglang-qwen.service", True, "restore", back)
+    assert r["ready"] is False and r["failure_class"] == "oom_kv_cache" and r["journal_tail"] == ["a", "b"]
+    assert r["rollback"] == "restore" and r["rollback_ready"] is True and r["rollback_failure_class"] is None
+    failed_back = f.sglang_service_result(wait, "sglang-qwen.service", True, "restore", {"ready": False, "journal_tail": ["x"]})
+    assert failed_back["rollback_ready"] is False and failed_back["rollback_failure_class"] == "unknown"
+    assert failed_back["rollback_journal_tail"] == ["x"]
+    stopped = f.sglang_service_result(wait, "sglang-qwen.service", False, "stop", back)
+    assert stopped["rollback"] == "stop" and stopped["rollback_ready"] is None
+
+
+def test_result_carries_an_earlier_result_over():
+    wait = {"ready": False, "failure_class": "bad_args", "journal_tail": ["x"], "seconds": 3, "hint": "h"}
+    first = f.sglang_service_result(wait, "sglang-qwen.service", True)
+    again = f.sglang_service_result(first, "sglang-qwen.service", first["unit_changed"], "restore", {"ready": True})
+    for key in f.WAIT_FIELDS:
+        assert again[key] == first[key], key
+    assert again["unit_changed"] is True and again["rollback_ready"] is True
+    assert f.sglang_service_result(first, "u", True, "bogus")["rollback"] == "none"
