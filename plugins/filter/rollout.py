@@ -600,6 +600,36 @@ def rollout_unit_steady(ready, after):
     return ""
 
 
+def rollout_failed_record(record, action, stage, unit_changed, reason, service_result=None, unit_active=False,
+                          rollback_error=None):
+    """A failed node's record: ``outcome``, ``serving`` and what the rollback did, decided once.
+
+    ``action`` is sglang_service_rollback_action's (restore / stop / none). A restore reads the
+    restored unit's fate from ``service_result`` (the fact sglang_service_result), or from
+    ``rollback_error`` when the rollback itself failed as a task. Without a restore the node still
+    serves the new setting only where nothing changed it and the failure came after the server was
+    up: a smoke bench below the floor, or a unit that was unsteady but is active again
+    (``unit_active``); otherwise it serves nothing, and the reason says why there was no going back.
+    """
+    out = dict(record or {})
+    if action == "restore":
+        if rollback_error is not None:
+            out.update({"outcome": "rollback_failed", "serving": "none",
+                        "rollback": {"ready": False, "error": str(rollback_error)}})
+            return out
+        res = service_result or {}
+        back = bool(res.get("rollback_ready"))
+        out.update({"outcome": "rolled_back" if back else "rollback_failed", "serving": "old" if back else "none",
+                    "rollback": {"ready": back, "failure_class": res.get("rollback_failure_class"),
+                                 "journal_tail": list(res.get("rollback_journal_tail") or [])[-10:]}})
+        return out
+    up_before = stage == "smoke" or (stage == "steady" and bool(unit_active))
+    out.update({"outcome": "failed", "serving": "new" if up_before and not unit_changed else "none",
+                "reason": "%s; %s" % (reason, "no previous unit to roll back to" if unit_changed
+                                      else "the unit already had this setting, nothing to roll back to")})
+    return out
+
+
 def _unit_cell(rec):
     """The summary's unit column: the unit's own view after this node's turn."""
     unit = rec.get("unit")
@@ -691,5 +721,6 @@ class FilterModule(object):
             "rollout_setting_label": setting_label,
             "rollout_unit_state": rollout_unit_state,
             "rollout_unit_steady": rollout_unit_steady,
+            "rollout_failed_record": rollout_failed_record,
             "rollout_kind": rollout_kind,
         }

@@ -377,3 +377,35 @@ def test_summary_shows_the_units_own_view():
     md = f.rollout_summary_markdown(f.rollout_summary(recs, ["n1"]))
     assert ("| new | active, tokens, 1 restart, last failure oom_weights, watchdog restarts 2, "
             "before: crash-loop brake hit |") in md
+
+
+# --------------------------------------------------------------------------- a failed node's record
+
+def test_failed_record_after_a_restore():
+    rec = {"host": "n1"}
+    back = {"rollback_ready": True, "rollback_failure_class": None, "rollback_journal_tail": list("abcdefghijkl")}
+    r = f.rollout_failed_record(rec, "restore", "start", True, "oom", back)
+    assert r["outcome"] == "rolled_back" and r["serving"] == "old" and r["host"] == "n1"
+    assert r["rollback"] == {"ready": True, "failure_class": None, "journal_tail": list("cdefghijkl")}
+    assert rec == {"host": "n1"}  # the record given is not changed
+    lost = f.rollout_failed_record(rec, "restore", "smoke", True, "slow",
+                                   {"rollback_ready": False, "rollback_failure_class": "timeout"})
+    assert lost["outcome"] == "rollback_failed" and lost["serving"] == "none"
+    assert lost["rollback"]["failure_class"] == "timeout"
+    err = f.rollout_failed_record(rec, "restore", "start", True, "oom", None, False, "copy failed")
+    assert err["outcome"] == "rollback_failed" and err["rollback"] == {"ready": False, "error": "copy failed"}
+
+
+@pytest.mark.parametrize("stage,changed,active,serving", [
+    ("smoke", False, False, "new"),    # up and unchanged: it still serves the setting it had
+    ("smoke", True, False, "none"),
+    ("steady", False, True, "new"),
+    ("steady", False, False, "none"),
+    ("start", False, True, "none"),
+    ("render", False, False, "none"),
+])
+def test_failed_record_without_a_restore(stage, changed, active, serving):
+    r = f.rollout_failed_record({}, "stop", stage, changed, "why", None, active)
+    assert r["outcome"] == "failed" and r["serving"] == serving and "rollback" not in r
+    tail = "no previous unit to roll back to" if changed else "the unit already had this setting, nothing to roll back to"
+    assert r["reason"] == "why; " + tail
