@@ -146,6 +146,23 @@ step_bench() {
   stop
 }
 
+# Whether the usage object the collection asks for in every chat chunk slows the server it
+# measures: one started server, the collection's runs with it and without it (--no-chunk-usage)
+# alternated, RS_CU_ROUNDS pairs, each run bracketing one of bench_serving's on the same prompts.
+step_chunkusage() {
+  start chunkusage_steps3 "${BASE_ARGS[@]}" "${SPEC_SELF[@]}" --speculative-num-steps 3 \
+    --speculative-num-draft-tokens 4 || { stop; return 1; }
+  local i mode
+  for i in $(seq 1 "${RS_CU_ROUNDS:-2}"); do
+    for mode in "" --no-chunk-usage; do
+      python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" --tokenizer "$RS/models/target" \
+        --model "$RS/models/target" --endpoints chat --levels "${RS_CU_LEVELS:-1}" --out "$res/bench" \
+        --label "chunkusage_r${i}" $mode ${RS_BENCH_OPTS:-}
+    done
+  done
+  stop
+}
+
 # Start failures provoked for real; each log is a classifier fixture.
 step_failures() {
   RS_READY_TIMEOUT=120 start fail_mem_high "${BASE_ARGS[@]/0.5/0.999}"; stop
