@@ -1150,79 +1150,154 @@ def _cycled(items, offset, i):
     return items[(i + offset) % len(items)]
 
 
-async def _run_level(client, cfg, c, prompts, server_has_info, warnings, workload):
-    ep = cfg["endpoint"]
-    path = ENDPOINT_PATHS[ep]
-    scrape_t = min(cfg["timeout"], 30.0)
+def _warmup_payloads(ep, cfg, c, rep, prompts, workload, n_warm):
+    # the measured requests' shape (endpoint, prompt form, input length, ignore_eos);
+    # only the output is capped at warmup_output_len
+    wlen = min(cfg["output_len"], cfg["warmup_output_len"])
     ignore_eos = cfg["ignore_eos"]
+    if prompts is None:
+        wmake = functools.partial(_random_payload, ep, cfg, ignore_eos, workload,
+                                  "warm-%d-%d-%d" % (cfg["seed"], rep, c), wlen)
+        return [wmake(i) for i in range(n_warm)]
+    # from the end of the list, away from the prompts this level measures first
+    return [_dataset_payload(ep, cfg, ignore_eos, prompts[-1 - (i % len(prompts))], wlen)
+            for i in range(n_warm)]
+
+
+def _measured_payloads(ep, cfg, c, rep, prompts, workload, count, bounded):
+    """payload_for(i) of one repeat's measured requests (bounded: by a duration, not a count)."""
+    ignore_eos = cfg["ignore_eos"]
+    if prompts is None:
+        make = functools.partial(_random_payload, ep, cfg, ignore_eos, workload,
+                                 cfg["seed"] + 1000003 * rep + c, cfg["output_len"])
+        # build payloads before the clock starts, so prompt generation is not measured
+        # (a duration-bound level cannot know how many it needs: it builds them as it goes)
+        return make if bounded else [make(i) for i in range(count)].__getitem__
+    pre_all = [_dataset_payload(ep, cfg, ignore_eos, p) for p in prompts]
+    return functools.partial(_cycled, pre_all, (rep * count) % len(pre_all))
+
+
+async def _warm_up(client, cfg, c, rep, prompts, workload, level_warn):
+    """The unmeasured requests before a repeat; a warning when every one of them failed."""
+    n_warm = c if cfg.get("warmup") is None else int(cfg["warmup"])
+    if n_warm <= 0:
+        return
+    ep = cfg["endpoint"]
+    wpayloads = _warmup_payloads(ep, cfg, c, rep, prompts, workload, n_warm)
+    wrecs = (await run_requests(client, ENDPOINT_PATHS[ep], wpayloads.__getitem__, n_warm,
+                                min(c, n_warm), ep, timeout=cfg["timeout"],
+                                abort_after_conn_failures=c))[0]
+    bad = [r for r in wrecs if not r["ok"]]
+    if bad and len(bad) == len(wrecs):
+        top = bm.error_groups(bad)[0]
+        level_warn.append("all %d warmup requests at C=%d failed: %s"
+                          % (len(bad), c, top["key"]))
+
+
+async def _flush_cache(client, c, scrape_t, level_warn):
+    # after the warmup, so the server's lifetime average covers only measured requests
+    try:
+        st, dummy, body = await client.request("POST", "/flush_cache", timeout=scrape_t)
+        if st != 200:
+            level_warn.append("flush_cache before C=%d answered HTTP %s: %s"
+                              % (c, st, body[:120].decode("utf-8", "replace").strip()))
+    except ClientError as exc:
+        level_warn.append("flush_cache before C=%d failed: %s" % (c, exc))
+
+
+async def _measure_repeat(client, cfg, c, rep, prompts, server_has_info, workload, scrape_t):
+    """One measured repeat of a level, between two scrapes of the server's counters; returns
+    (its figures, its records)."""
+    ep = cfg["endpoint"]
+    m_before = await _scrape(client, "/metrics", scrape_t)
+    i_before = await _scrape(client, "/server_info", scrape_t) if server_has_info else None
+    count = prompts_needed(cfg, c)
+    deadline = None
+    if cfg.get("duration"):
+        # the duration is in the server's (simulated) seconds, like every reported figure
+        deadline = _now() + float(cfg["duration"]) * cfg["time_scale"]
+    payload_for = _measured_payloads(ep, cfg, c, rep, prompts, workload, count,
+                                     deadline is not None)
+    records, wall, cpu, lag = await run_requests(
+        client, ENDPOINT_PATHS[ep], payload_for, count, c, ep, deadline=deadline,
+        timeout=cfg["timeout"], abort_after_conn_failures=max(4, c))
+    m_after = await _scrape(client, "/metrics", scrape_t)
+    i_after = await _scrape(client, "/server_info", scrape_t) if server_has_info else None
+    m = bm.level_metrics(records, wall, c, cfg["time_scale"], cfg["steady_state_ratio"])
+    _add_accept(m, m_before, m_after, i_before, i_after)
+    _add_client_limit(m, cpu, lag)
+    return m, records
+
+
+def _add_client_limit(m, cpu, lag):
+    limited, reason = bm.client_limit(cpu, lag)
+    m["client_cpu_fraction"] = cpu
+    m["client_loop_lag_p99_ms"] = lag
+    m["client_limited"] = limited
+    m["client_limit_reason"] = reason
+    near, near_reason = bm.client_limit(cpu, lag, cpu_threshold=0.6, lag_threshold_ms=2.0)
+    if near and not limited:
+        # not limited yet, but say which limit is close so the reader can judge
+        m["client_limit_reason"] = "close to the client's limit: " + near_reason
+
+
+def _merge_repeats(reps, all_records, c, cfg):
+    """One level's figures from several repeats: records pooled, throughputs averaged, the
+    client's worst state kept, each repeat's headline figures listed."""
+    walls = sum(r["duration_s"] for r in reps) * cfg["time_scale"]
+    level = bm.level_metrics(all_records, walls, c, cfg["time_scale"],
+                             cfg["steady_state_ratio"])
+    level["output_throughput"] = bm.mean([r["output_throughput"] for r in reps
+                                          if r["output_throughput"] is not None])
+    level["request_throughput"] = bm.mean([r["request_throughput"] for r in reps
+                                           if r["request_throughput"] is not None])
+    ss = [r["steady_state"]["output_throughput"] for r in reps if r.get("steady_state")]
+    level["steady_state"] = {"output_throughput": bm.mean(ss), "repeats_with_window": len(ss)}
+    for key in ("accept_length", "accept_length_source", "counter_accept_length",
+                "server_accept_length_before"):
+        level[key] = reps[0].get(key) if key in ("accept_length_source",
+                                                 "server_accept_length_before") else \
+            bm.mean([r[key] for r in reps if r.get(key) is not None])
+    level["server_accept_length_after"] = reps[-1].get("server_accept_length_after")
+    srv = [r.get("server_output_tokens") for r in reps]
+    level["server_output_tokens"] = sum(srv) if None not in srv else None
+    level["client_cpu_fraction"] = max(r["client_cpu_fraction"] or 0 for r in reps)
+    lags = [r["client_loop_lag_p99_ms"] for r in reps if r["client_loop_lag_p99_ms"] is not None]
+    level["client_loop_lag_p99_ms"] = max(lags) if lags else None
+    level["client_limited"] = any(r["client_limited"] for r in reps)
+    level["client_limit_reason"] = "; ".join(sorted(set(
+        r["client_limit_reason"] for r in reps if r["client_limit_reason"]))) or None
+    level["repeats"] = []
+    for r in reps:
+        item = dict((out, _get(r, path_)) for path_, out in CI_FIGURES)
+        item.update(completed=r["completed"], failed=r["failed"])
+        level["repeats"].append(item)
+    return level
+
+
+def _combine_repeats(reps, all_records, c, cfg):
+    level = reps[0] if len(reps) == 1 else _merge_repeats(reps, all_records, c, cfg)
+    level["ci"] = {out: bm.confidence_interval([_get(r, path_) for r in reps],
+                                               cfg["confidence"])
+                   for path_, out in CI_FIGURES} if len(reps) > 1 else None
+    return level
+
+
+async def _run_level(client, cfg, c, prompts, server_has_info, warnings, workload):
+    """One concurrency level: per repeat a warmup, an optional cache flush and the measured
+    requests; a repeat with failures checks the server is still there. Returns the level's
+    figures, judged; its warnings go to `warnings`."""
+    scrape_t = min(cfg["timeout"], 30.0)
     level_warn = []
     reps = []
     all_records = []
     server_lost = False
     for rep in range(cfg["repeats"]):
-        n_warm = c if cfg.get("warmup") is None else int(cfg["warmup"])
-        if n_warm > 0:
-            # the measured requests' shape (endpoint, prompt form, input length, ignore_eos);
-            # only the output is capped at warmup_output_len
-            wlen = min(cfg["output_len"], cfg["warmup_output_len"])
-            if prompts is None:
-                wmake = functools.partial(_random_payload, ep, cfg, ignore_eos, workload,
-                                          "warm-%d-%d-%d" % (cfg["seed"], rep, c), wlen)
-                wpayloads = [wmake(i) for i in range(n_warm)]
-            else:
-                # from the end of the list, away from the prompts this level measures first
-                wpayloads = [_dataset_payload(ep, cfg, ignore_eos, prompts[-1 - (i % len(prompts))],
-                                              wlen) for i in range(n_warm)]
-            wrecs = (await run_requests(client, path, wpayloads.__getitem__, n_warm,
-                                        min(c, n_warm), ep, timeout=cfg["timeout"],
-                                        abort_after_conn_failures=c))[0]
-            bad = [r for r in wrecs if not r["ok"]]
-            if bad and len(bad) == len(wrecs):
-                top = bm.error_groups(bad)[0]
-                level_warn.append("all %d warmup requests at C=%d failed: %s"
-                                  % (len(bad), c, top["key"]))
+        await _warm_up(client, cfg, c, rep, prompts, workload, level_warn)
         if cfg["flush_cache"]:
-            # after the warmup, so the server's lifetime average covers only measured requests
-            try:
-                st, dummy, body = await client.request("POST", "/flush_cache", timeout=scrape_t)
-                if st != 200:
-                    level_warn.append("flush_cache before C=%d answered HTTP %s: %s"
-                                      % (c, st, body[:120].decode("utf-8", "replace").strip()))
-            except ClientError as exc:
-                level_warn.append("flush_cache before C=%d failed: %s" % (c, exc))
-        m_before = await _scrape(client, "/metrics", scrape_t)
-        i_before = await _scrape(client, "/server_info", scrape_t) if server_has_info else None
-        count = prompts_needed(cfg, c)
-        deadline = None
-        if cfg.get("duration"):
-            # the duration is in the server's (simulated) seconds, like every reported figure
-            deadline = _now() + float(cfg["duration"]) * cfg["time_scale"]
-        if prompts is None:
-            make = functools.partial(_random_payload, ep, cfg, ignore_eos, workload,
-                                     cfg["seed"] + 1000003 * rep + c, cfg["output_len"])
-            # build payloads before the clock starts, so prompt generation is not measured
-            # (a duration-bound level cannot know how many it needs: it builds them as it goes)
-            payload_for = make if deadline is not None else \
-                [make(i) for i in range(count)].__getitem__
-        else:
-            pre_all = [_dataset_payload(ep, cfg, ignore_eos, p) for p in prompts]
-            payload_for = functools.partial(_cycled, pre_all, (rep * count) % len(pre_all))
-        records, wall, cpu, lag = await run_requests(
-            client, path, payload_for, count, c, ep, deadline=deadline, timeout=cfg["timeout"],
-            abort_after_conn_failures=max(4, c))
-        m_after = await _scrape(client, "/metrics", scrape_t)
-        i_after = await _scrape(client, "/server_info", scrape_t) if server_has_info else None
-        m = bm.level_metrics(records, wall, c, cfg["time_scale"], cfg["steady_state_ratio"])
-        _add_accept(m, m_before, m_after, i_before, i_after)
-        limited, reason = bm.client_limit(cpu, lag)
-        m["client_cpu_fraction"] = cpu
-        m["client_loop_lag_p99_ms"] = lag
-        m["client_limited"] = limited
-        m["client_limit_reason"] = reason
-        near, near_reason = bm.client_limit(cpu, lag, cpu_threshold=0.6, lag_threshold_ms=2.0)
-        if near and not limited:
-            # not limited yet, but say which limit is close so the reader can judge
-            m["client_limit_reason"] = "close to the client's limit: " + near_reason
+            await _flush_cache(client, c, scrape_t, level_warn)
+        m, records = await _measure_repeat(client, cfg, c, rep, prompts, server_has_info,
+                                           workload, scrape_t)
         reps.append(m)
         all_records.extend(records)
         if m["failed"]:
@@ -1231,40 +1306,7 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings, workloa
             except ClientError:
                 server_lost = True
                 break
-    if len(reps) == 1:
-        level = reps[0]
-    else:
-        walls = sum(r["duration_s"] for r in reps) * cfg["time_scale"]
-        level = bm.level_metrics(all_records, walls, c, cfg["time_scale"],
-                                 cfg["steady_state_ratio"])
-        level["output_throughput"] = bm.mean([r["output_throughput"] for r in reps
-                                              if r["output_throughput"] is not None])
-        level["request_throughput"] = bm.mean([r["request_throughput"] for r in reps
-                                               if r["request_throughput"] is not None])
-        ss = [r["steady_state"]["output_throughput"] for r in reps if r.get("steady_state")]
-        level["steady_state"] = {"output_throughput": bm.mean(ss), "repeats_with_window": len(ss)}
-        for key in ("accept_length", "accept_length_source", "counter_accept_length",
-                    "server_accept_length_before"):
-            level[key] = reps[0].get(key) if key in ("accept_length_source",
-                                                     "server_accept_length_before") else \
-                bm.mean([r[key] for r in reps if r.get(key) is not None])
-        level["server_accept_length_after"] = reps[-1].get("server_accept_length_after")
-        srv = [r.get("server_output_tokens") for r in reps]
-        level["server_output_tokens"] = sum(srv) if None not in srv else None
-        level["client_cpu_fraction"] = max(r["client_cpu_fraction"] or 0 for r in reps)
-        lags = [r["client_loop_lag_p99_ms"] for r in reps if r["client_loop_lag_p99_ms"] is not None]
-        level["client_loop_lag_p99_ms"] = max(lags) if lags else None
-        level["client_limited"] = any(r["client_limited"] for r in reps)
-        level["client_limit_reason"] = "; ".join(sorted(set(
-            r["client_limit_reason"] for r in reps if r["client_limit_reason"]))) or None
-        level["repeats"] = []
-        for r in reps:
-            item = dict((out, _get(r, path_)) for path_, out in CI_FIGURES)
-            item.update(completed=r["completed"], failed=r["failed"])
-            level["repeats"].append(item)
-    level["ci"] = {out: bm.confidence_interval([_get(r, path_) for r in reps],
-                                               cfg["confidence"])
-                   for path_, out in CI_FIGURES} if len(reps) > 1 else None
+    level = _combine_repeats(reps, all_records, c, cfg)
     level["server_lost"] = server_lost
     _judge_level(level, cfg, workload, prompts is None)
     for w in level_warn:
