@@ -121,7 +121,6 @@ class ResponseParser:
         self.head_request = head_request
 
     def feed(self, data):
-        out = []
         if not self.headers_done:
             self._buf += data
             end = self._buf.find(b"\r\n\r\n")
@@ -144,7 +143,10 @@ class ResponseParser:
             return take
         if self._mode == "close":
             return data
-        # chunked
+        return self._feed_chunked(data)
+
+    def _feed_chunked(self, data):
+        out = []
         buf = self._buf + data if self._buf else data
         pos = 0
         n = len(buf)
@@ -636,32 +638,7 @@ class Client:
                     conn = None
                     continue
                 break
-            p = conn.parser
-            if conn.error is not None and p.status in (None, 200):
-                rec["error"] = conn.error
-            elif p.status != 200:
-                # the body often echoes the prompt back: keep only its normalised message
-                msg = bm.error_body_message(b"".join(conn.body)) or p.reason or "(empty body)"
-                rec["error"] = "HTTP %s %s: %s" % (p.status, p.reason, msg)
-                rec["error_message"] = msg
-                rec["http_status"] = p.status
-            elif handler.error is not None:
-                rec["error"] = handler.error
-            elif not handler.done:
-                if conn.sse is not None and conn.sse.pending():
-                    rec["error"] = "stream ended mid-event (truncated SSE data)"
-                else:
-                    rec["error"] = "stream ended without [DONE]"
-            else:
-                chunks = rec["chunks"]
-                if not chunks:
-                    rec["error"] = "stream finished without any output token"
-                else:
-                    base = rec["start"]
-                    rec["chunks"] = [(t - base, k) for t, k in chunks]
-                    rec["ttft"] = rec["chunks"][0][0]
-                    rec["e2e"] = rec["chunks"][-1][0]
-                    rec["ok"] = True
+            _stream_outcome(conn, handler, rec)
             return rec
         except ClientError as exc:
             rec["error"] = str(exc)
@@ -671,6 +648,37 @@ class Client:
                 self._release(conn)
             if not rec.get("ok"):
                 rec["chunks"] = []
+
+
+def _stream_outcome(conn, handler, rec):
+    """Fill rec from a streamed request whose response ended: the error, or (ok) the chunk
+    times relative to its start, TTFT and e2e."""
+    p = conn.parser
+    if conn.error is not None and p.status in (None, 200):
+        rec["error"] = conn.error
+    elif p.status != 200:
+        # the body often echoes the prompt back: keep only its normalised message
+        msg = bm.error_body_message(b"".join(conn.body)) or p.reason or "(empty body)"
+        rec["error"] = "HTTP %s %s: %s" % (p.status, p.reason, msg)
+        rec["error_message"] = msg
+        rec["http_status"] = p.status
+    elif handler.error is not None:
+        rec["error"] = handler.error
+    elif not handler.done:
+        if conn.sse is not None and conn.sse.pending():
+            rec["error"] = "stream ended mid-event (truncated SSE data)"
+        else:
+            rec["error"] = "stream ended without [DONE]"
+    else:
+        chunks = rec["chunks"]
+        if not chunks:
+            rec["error"] = "stream finished without any output token"
+        else:
+            base = rec["start"]
+            rec["chunks"] = [(t - base, k) for t, k in chunks]
+            rec["ttft"] = rec["chunks"][0][0]
+            rec["e2e"] = rec["chunks"][-1][0]
+            rec["ok"] = True
 
 
 # ------------------------------------------------------------------ workload
