@@ -17,7 +17,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal
-from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_client import load_jsonl
+from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_workload import load_jsonl
 
 MEMORY_CLASSES = ("oom_kv_cache", "cuda_graph_capture", "cuda_oom")
 

@@ -472,7 +472,10 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import bench_watchdog
-from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_results
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner
+from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_transport import ClientError
+from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_workload import load_jsonl
 
 
 def _watch(module, p):
@@ -543,7 +546,7 @@ def _load_dataset(module, p):
     if p["dataset_lines"] is not None:
         source = "dataset %s (from the controller)" % p["dataset"]
         try:
-            prompts = sc.load_jsonl(p["dataset_lines"], source=source)
+            prompts = load_jsonl(p["dataset_lines"], source=source)
         except ValueError as exc:
             module.fail_json(msg=str(exc))
         return _check_prompts(module, prompts, source, p["endpoint"])
@@ -565,7 +568,7 @@ def _load_dataset(module, p):
     except UnicodeDecodeError as exc:
         module.fail_json(msg="dataset %s is not UTF-8 text: %s" % (path, exc))
     try:
-        prompts = sc.load_jsonl(lines, source="dataset %s" % path)
+        prompts = load_jsonl(lines, source="dataset %s" % path)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     return _check_prompts(module, prompts, "dataset %s" % path, p["endpoint"])
@@ -626,20 +629,21 @@ def main():
     if cfg["ignore_eos"] is None:
         cfg["ignore_eos"] = cfg["prompts"] is None
     if module.check_mode:
-        full = dict(sc.DEFAULTS)
+        full = dict(sglang_runner.DEFAULTS)
         full.update(cfg)
-        module.exit_json(changed=False, would_run=sc.plan(full), config=sc.config_echo(full))
+        module.exit_json(changed=False, would_run=sglang_runner.plan(full),
+                         config=sglang_results.config_echo(full))
     for key in ("deadline", "watch_controller"):
         cfg.pop(key)
     watchdog = _watch(module, p)
     try:
-        result = sc.run_benchmark(cfg)
-    except sc.BenchError as exc:
+        result = sglang_runner.run_benchmark(cfg)
+    except sglang_runner.BenchError as exc:
         partial = exc.partial or {}
         module.fail_json(msg=str(exc), levels=partial.get("levels", []),
                          config=partial.get("config"), workload=partial.get("workload"),
                          bench_warnings=partial.get("warnings", []))
-    except sc.ClientError as exc:
+    except ClientError as exc:
         module.fail_json(msg="benchmark client error: %s" % exc)
     except Exception as exc:  # pylint: disable=broad-except
         # a bug or an environment problem: still one clear message, the trace kept for -vvv

@@ -184,11 +184,11 @@ def test_controller_dataset_without_action_plugin():
 
 
 def test_unexpected_error_is_a_clean_failure(monkeypatch):
-    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner
 
     def boom(cfg):
         raise OSError(24, "Too many open files")
-    monkeypatch.setattr(sc, "run_benchmark", boom)
+    monkeypatch.setattr(sglang_runner, "run_benchmark", boom)
     res = run({"concurrency": [1]})
     assert res.kind == "fail"
     assert "failed unexpectedly (OSError" in res.result["msg"]
