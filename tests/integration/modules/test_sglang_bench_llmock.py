@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner
 
 LLMOCK = shutil.which("llmock", path=str(Path(sys.executable).parent)) or shutil.which("llmock")
 if LLMOCK is None:
@@ -65,7 +65,7 @@ def _run(url, **kw):
     cfg = {"url": url, "endpoint": "chat", "concurrency": [1, 4], "num_prompts": 8,
            "input_len": 80, "output_len": 24, "timeout": 30}
     cfg.update(kw)
-    return sc.run_benchmark(cfg)
+    return runner.run_benchmark(cfg)
 
 
 def test_timing_and_calibration_against_llmock(llmock):
@@ -104,7 +104,7 @@ def test_llmock_injected_errors_are_grouped(llmock):
 
 def test_llmock_failing_everything_fails_the_level(llmock):
     url = llmock("--error-rate", "503=1.0")
-    with pytest.raises(sc.BenchError) as exc:
+    with pytest.raises(runner.BenchError) as exc:
         _run(url, concurrency=[2, 4])
     assert "no request completed at concurrency 2" in str(exc.value)
     assert "HTTP 503" in str(exc.value)

@@ -26,7 +26,9 @@ MODEL = "Qwen/Qwen3.5-122B-A10B"
 TIME_SCALE = 0.05
 
 
-from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_transport as tp  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_workload as wl  # noqa: E402
 
 
 def _free_port():
@@ -129,9 +131,9 @@ def test_generate_against_sim_matches_server_side_timing(sim):
     levels = []
     for c in (1, 4):
         before = _server_hist(sim.url)
-        res = sc.run_benchmark({"url": sim.url, "concurrency": [c], "num_prompts": 8,
-                                "input_len": 64, "output_len": 128, "time_scale": TIME_SCALE,
-                                "flush_cache": True, "timeout": 60, "warmup": 0})
+        res = runner.run_benchmark({"url": sim.url, "concurrency": [c], "num_prompts": 8,
+                                    "input_len": 64, "output_len": 128, "time_scale": TIME_SCALE,
+                                    "flush_cache": True, "timeout": 60, "warmup": 0})
         after = _server_hist(sim.url)
         lv = res["levels"][0]
         levels.append(lv)
@@ -181,9 +183,9 @@ def test_generate_against_sim_matches_server_side_timing(sim):
 
 
 def test_openai_completions_against_sim(sim):
-    res = sc.run_benchmark({"url": sim.url, "endpoint": "completions", "concurrency": [2],
-                            "num_prompts": 4, "input_len": 32, "output_len": 64,
-                            "time_scale": TIME_SCALE, "timeout": 60})
+    res = runner.run_benchmark({"url": sim.url, "endpoint": "completions", "concurrency": [2],
+                                "num_prompts": 4, "input_len": 32, "output_len": 64,
+                                "time_scale": TIME_SCALE, "timeout": 60})
     lv = res["levels"][0]
     assert lv["failed"] == 0, lv["errors"]
     assert lv["total_output_tokens"] == 4 * 64
@@ -198,10 +200,10 @@ def test_server_killed_mid_run_keeps_partial_results(sim):
 
     def run():
         try:
-            sc.run_benchmark({"url": sim.url, "concurrency": [1, 2], "num_prompts": 4,
-                              "input_len": 16, "output_len": 4000, "time_scale": TIME_SCALE,
-                              "timeout": 30})
-        except sc.BenchError as exc:
+            runner.run_benchmark({"url": sim.url, "concurrency": [1, 2], "num_prompts": 4,
+                                  "input_len": 16, "output_len": 4000, "time_scale": TIME_SCALE,
+                                  "timeout": 30})
+        except runner.BenchError as exc:
             out["exc"] = exc
     t = threading.Thread(target=run)
     t.start()
@@ -238,13 +240,13 @@ def test_wrong_api_key_against_sim(tmp_path):
     s = Sim(tmp_path, extra=["--api-key", "sekrit"])
     try:
         s.wait_ready()
-        with pytest.raises(sc.BenchError) as exc:
-            sc.run_benchmark({"url": s.url, "api_key": "nope", "concurrency": [1],
-                              "timeout": 10})
+        with pytest.raises(runner.BenchError) as exc:
+            runner.run_benchmark({"url": s.url, "api_key": "nope", "concurrency": [1],
+                                  "timeout": 10})
         assert "HTTP 401" in str(exc.value)
-        res = sc.run_benchmark({"url": s.url, "api_key": "sekrit", "concurrency": [1],
-                                "num_prompts": 2, "input_len": 8, "output_len": 8,
-                                "time_scale": TIME_SCALE, "timeout": 30})
+        res = runner.run_benchmark({"url": s.url, "api_key": "sekrit", "concurrency": [1],
+                                    "num_prompts": 2, "input_len": 8, "output_len": 8,
+                                    "time_scale": TIME_SCALE, "timeout": 30})
         assert res["levels"][0]["completed"] == 2
     finally:
         s.stop()
@@ -263,15 +265,15 @@ def test_openai_token_counts_come_from_per_chunk_usage(sim, endpoint):
     n_out = 48
     prompt = ({"input_ids": list(range(1000, 1032))} if endpoint == "completions"
               else {"text": "zq vx kopuja peboka"})
-    payload = sc.build_payload(endpoint, prompt, n_out, 0.0, True)
+    payload = wl.build_payload(endpoint, prompt, n_out, 0.0, True)
     body = json.loads(payload)
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
     async def go():
-        client = sc.Client(sim.url, timeout=60)
+        client = tp.Client(sim.url, timeout=60)
         try:
-            return await sc.run_requests(client, sc.ENDPOINT_PATHS[endpoint], lambda i: payload,
-                                         4, 2, endpoint, timeout=60)
+            return await runner.run_requests(client, tp.ENDPOINT_PATHS[endpoint],
+                                             lambda i: payload, 4, 2, endpoint, timeout=60)
         finally:
             client.close()
 
