@@ -158,11 +158,11 @@ class Server:
 def client_run(args):
     """Child mode: run one level with our module_utils client and print its level dict."""
     sys.path.insert(0, str(COLLECTIONS))
-    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner
     cfg = {"url": args.url, "concurrency": [args.streams], "num_prompts": args.requests,
            "input_len": args.input_len, "output_len": args.output_len, "timeout": 300,
            "endpoint": args.endpoint, "warmup": args.streams}
-    res = sc.run_benchmark(cfg)
+    res = runner.run_benchmark(cfg)
     print(json.dumps({"level": res["levels"][0], "warnings": res["warnings"]}))
 
 
@@ -446,7 +446,7 @@ def main():
         ours = run_ours(server.url, args)
         after = server_tokens(server.url)
         delta = (after - before) if before is not None and after is not None else None
-        tps = report_ours("ours (blackwell.sglang sglang_client)", ours, delta)[0]
+        tps = report_ours("ours (blackwell.sglang sglang_bench client)", ours, delta)[0]
         if not args.compare:
             return 0
         which = args.established

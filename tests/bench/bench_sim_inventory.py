@@ -2,7 +2,7 @@
 
 Reads inventories/sim/group_vars/sglang_nodes.yml (the simulator's time scale and load time, the
 model, the tuning's levels, lengths, prompt count and benchmark time scale), starts the simulator
-on this machine with those settings, runs sglang_bench's own client (module_utils/sglang_client)
+on this machine with those settings, runs sglang_bench's own client (module_utils/sglang_runner)
 over the tuning's levels for a few speculative steps, and prints per cell the figures and
 client_limited with its reason (CPU share of one core, event-loop lag p99), then whether any
 cell the objective is judged at was limited. Nothing is pinned: on the sim inventory the node
@@ -47,8 +47,8 @@ def client_module():
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(ROOT, target_is_directory=True)
     sys.path.insert(0, str(COLLECTIONS))
-    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client
-    return sglang_client
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner
+    return sglang_runner
 
 
 def start_sim(inv, steps, sim_scale, load_seconds):
@@ -119,7 +119,7 @@ def main():
     if level is None:
         level = 1 if objective == "latency" else max(args.concurrency)
     judged = list(args.concurrency) if objective == "slo" and level is None else [level]
-    sc = client_module()
+    runner = client_module()
     try:
         load = subprocess.check_output(["uptime"], text=True).strip()
     except (OSError, subprocess.CalledProcessError):
@@ -136,10 +136,10 @@ def main():
     for steps in args.steps:
         proc, log, tmp, url = start_sim(inv, steps, scale, args.load_seconds)
         try:
-            res = sc.run_benchmark({"url": url, "concurrency": list(args.concurrency),
-                                    "num_prompts": args.num_prompts, "input_len": args.input_len,
-                                    "output_len": args.output_len, "time_scale": scale,
-                                    "timeout": 600})
+            res = runner.run_benchmark({"url": url, "concurrency": list(args.concurrency),
+                                        "num_prompts": args.num_prompts, "input_len": args.input_len,
+                                        "output_len": args.output_len, "time_scale": scale,
+                                        "timeout": 600})
         finally:
             stop_sim(proc, log, tmp)
         for lv in res["levels"]:

@@ -2,7 +2,7 @@
 
 The server is tests/fixtures/openai_server/openai_server.py (not SGLang, not the simulator) in
 its own process, told its TTFT and inter-token latency (ITL); it streams one token per event
-on an absolute schedule. The module's client (plugins/module_utils/sglang_client.py) measures
+on an absolute schedule. The module's client (plugins/module_utils/sglang_runner.py) measures
 it at each concurrency on /generate (SGLang's native shape, which this server also serves),
 /v1/completions and /v1/chat/completions. Printed per endpoint and C: the module's TTFT, ITL,
 per-request decode tok/s and aggregate output tok/s beside
@@ -47,8 +47,8 @@ def _import_client():
     link.parent.mkdir(parents=True)
     link.symlink_to(ROOT, target_is_directory=True)
     sys.path.insert(0, str(base))
-    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client
-    return sglang_client
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner
+    return sglang_runner
 
 
 def _taskset(core):
@@ -94,14 +94,14 @@ def main():
     args = ap.parse_args()
     if args.client_core is not None:
         os.sched_setaffinity(0, {args.client_core})
-    sc = _import_client()
+    runner = _import_client()
     proc, url = start_server(args)
     rows = []
     n = args.output_len
     try:
         for ep, c in [(ep, c) for ep in args.endpoints for c in args.concurrency]:
             stats(url, "DELETE")
-            res = sc.run_benchmark({
+            res = runner.run_benchmark({
                 "url": url, "endpoint": ep, "concurrency": [c],
                 "num_prompts": max(10, args.rounds * c), "input_len": args.input_len,
                 "output_len": n, "timeout": 120.0, "seed": 7, "fail_on_empty_level": True})

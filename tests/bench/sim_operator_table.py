@@ -1,6 +1,6 @@
 """The operator's table measured end to end on the simulator: per-request tok/s at C=1 and
 aggregate tok/s at C=16/C=32 for steps 1, 3, 4, 5, with the project's own benchmark client
-(plugins/module_utils/sglang_client.py), next to the operator's figures and perf.py's
+(plugins/module_utils/sglang_runner.py), next to the operator's figures and perf.py's
 calibration. Each step runs on a fresh simulator of the default profile (4x RTX PRO 6000,
 Qwen3.5-122B-A10B, tp 4, bf16 KV, NEXTN topk 1), with the radix cache on (0.5.23's default:
 the hybrid state pool caps the running requests) and, with ``--radix both``, off.
@@ -84,10 +84,10 @@ def measure(url, scale):
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(ROOT, target_is_directory=True)
     sys.path.insert(0, str(COLLECTIONS))
-    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner
     cfg = {"url": url, "concurrency": [1, 16, 32], "input_len": 256, "output_len": 256,
            "time_scale": scale, "timeout": 300}
-    res = sc.run_benchmark(cfg)
+    res = runner.run_benchmark(cfg)
     by = res["by_concurrency"]
     return {"c1": by["1"]["decode_tps_per_request"]["mean"], "c16": by["16"]["output_throughput"],
             "c32": by["32"]["output_throughput"]}

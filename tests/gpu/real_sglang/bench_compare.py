@@ -1,7 +1,7 @@
 """The collection's benchmark beside SGLang's own, on one live server, in one call.
 
 For each endpoint (/generate, /v1/chat/completions) and concurrency level, the collection's
-client (``plugins/module_utils/sglang_client.run_benchmark``, the code the ``sglang_bench``
+client (``plugins/module_utils/sglang_runner.run_benchmark``, the code the ``sglang_bench``
 module runs) and the release's ``python -m sglang.benchmark.serving`` send the same workload
 (input and output length, number of prompts, temperature 0, EOS ignored) to the same server,
 one after the other, collection first, then SGLang's, then the collection again: the two
@@ -68,25 +68,27 @@ def theirs_prompts(args, n, out_dir):
     return path
 
 
-def drop_chunk_usage(sc):
+def drop_chunk_usage(wl):
     """``--no-chunk-usage``: the collection's chat and completions requests without
     ``continuous_usage_stats`` (only the final usage). An experiment, not a mode of the client: it
     counts tokens per chunk from that field, so without it the accept length and per-chunk figures
-    are rougher; what it answers is whether a usage object per chunk costs the server time."""
-    build = sc.build_payload
+    are rougher; what it answers is whether a usage object per chunk costs the server time.
+    wl is sglang_workload, where every request body of the client is built."""
+    build = wl.build_payload
 
     def without(*a, **k):
         body = json.loads(build(*a, **k))
         if "stream_options" in body:
             body["stream_options"] = {"include_usage": True}
         return json.dumps(body, separators=(",", ":")).encode()
-    sc.build_payload = without
+    wl.build_payload = without
 
 
 def ours(url, endpoint, level, args):
-    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc
-    if args.no_chunk_usage and sc.build_payload.__name__ != "without":
-        drop_chunk_usage(sc)
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner
+    from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_workload as wl
+    if args.no_chunk_usage and wl.build_payload.__name__ != "without":
+        drop_chunk_usage(wl)
     cfg = {"url": url, "endpoint": endpoint, "concurrency": [level],
            "num_prompts": n_prompts(level, args),
            "input_len": args.input_len, "output_len": args.output_len, "temperature": 0.0,
@@ -94,10 +96,10 @@ def ours(url, endpoint, level, args):
            "model": args.model}
     if args.same_prompts:
         with open(args.same_prompts[0]) as f:
-            cfg["prompts"] = sc.load_jsonl(f.read().splitlines())[:cfg["num_prompts"]]
+            cfg["prompts"] = wl.load_jsonl(f.read().splitlines())[:cfg["num_prompts"]]
         cfg["prompt_format"] = "text"
     t0 = time.time()
-    res = sc.run_benchmark(cfg)
+    res = runner.run_benchmark(cfg)
     lv = res["levels"][0]
     return {"tool": "collection", "wall_s": round(time.time() - t0, 2),
             "output_throughput": lv.get("output_throughput"),

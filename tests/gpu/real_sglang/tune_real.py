@@ -13,7 +13,7 @@ decision where the role has it, so what it measures is what the role would decid
   (mtp_tune_candidates, mtp_tune_levels, mtp_tune_next, mtp_tune_capped, mtp_tune_winner),
   called with the role's arguments and its defaults (read from roles/mtp_tune/defaults/main.yml);
 - the attempt records: the same keys roles/mtp_tune/tasks/candidate.yml appends;
-- the benchmark: ``plugins/module_utils/sglang_client.run_benchmark`` with the cfg the
+- the benchmark: ``plugins/module_utils/sglang_runner.run_benchmark`` with the cfg the
   ``sglang_bench`` module builds from the role's task arguments;
 - resuming: ``plugins/filter/mtp_resume.py`` (mtp_tune_fingerprint, mtp_tune_resume_plan).
 
@@ -58,7 +58,8 @@ srv = _load_server()
 # pylint: disable=wrong-import-position
 from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as mt  # noqa: E402
 from ansible_collections.blackwell.sglang.plugins.filter import mtp_resume as mr  # noqa: E402
-from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_client as sc  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_transport import ClientError  # noqa: E402
 
 ROLE_DEFAULTS = os.path.join(srv.ROOT, "roles", "mtp_tune", "defaults", "main.yml")
 SCHEMA = 1
@@ -250,10 +251,10 @@ class Tuner:
     def _benchmark(self):
         """(result or None, failed, msg, partial levels): candidate.yml's ignore_errors, in Python."""
         try:
-            return sc.run_benchmark(self.bench_cfg()), False, None, []
-        except sc.BenchError as exc:
+            return runner.run_benchmark(self.bench_cfg()), False, None, []
+        except runner.BenchError as exc:
             return None, True, str(exc), (exc.partial or {}).get("levels", [])
-        except sc.ClientError as exc:
+        except ClientError as exc:
             return None, True, "benchmark client error: %s" % exc, []
         except Exception as exc:  # pylint: disable=broad-except
             # the module's own wording: one clear message, and the trace for whoever reports it
