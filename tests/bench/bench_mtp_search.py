@@ -23,22 +23,41 @@ a brute-force walk over every value, and the target ceil(log2(range)) + 1.
 from __future__ import print_function
 
 import argparse
+import atexit
+import importlib
 import importlib.util
 import itertools
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 # Importing the test setup makes the checkout importable as the collection, and sim/ as sglang_sim.
 import conftest  # noqa: E402,F401 pylint: disable=unused-import
 
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as NEW  # noqa: E402
 from sglang_sim import perf, memory, config  # noqa: E402
+
+# The tuner's library (plugins/plugin_utils/mtp_*.py), as one namespace of its public names.
+MTP_MODULES = ("mtp_settings", "mtp_score", "mtp_fit", "mtp_search", "mtp_winner")
+
+
+def _namespace(package):
+    ns = types.SimpleNamespace()
+    for name in MTP_MODULES:
+        mod = importlib.import_module("%s.%s" % (package, name))
+        for attr in dir(mod):
+            if not attr.startswith("_"):
+                setattr(ns, attr, getattr(mod, attr))
+    return ns
+
+
+NEW = _namespace("ansible_collections.blackwell.sglang.plugins.plugin_utils")
 
 STEPS = [1, 2, 3, 4, 5, 6, 8, 10]
 LEVELS = [1, 2, 4, 8, 16, 32]
@@ -143,13 +162,42 @@ def truth(land):
     return vals
 
 
+def _git_show(ref, path):
+    try:
+        return subprocess.check_output(["git", "-C", ROOT, "show", "%s:%s" % (ref, path)], stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, OSError):
+        return None
+
+
+def _load_library(ref):
+    """The tuner's library of a ref that has plugins/plugin_utils/mtp_*.py, as its own package (its
+    imports of the library rewritten to that package; module_utils stay the checkout's)."""
+    package = "mtp_baseline_%s" % "".join(ch if ch.isalnum() else "_" for ch in ref)
+    base = tempfile.mkdtemp(prefix="mtp-baseline-")
+    atexit.register(shutil.rmtree, base, True)
+    os.makedirs(os.path.join(base, package, "plugin_utils"))
+    for init in (os.path.join(base, package, "__init__.py"), os.path.join(base, package, "plugin_utils", "__init__.py")):
+        open(init, "w").close()
+    for name in MTP_MODULES:
+        src = _git_show(ref, "plugins/plugin_utils/%s.py" % name)
+        if src is None:
+            return None
+        src = src.replace(b"ansible_collections.blackwell.sglang.plugins.plugin_utils", package.encode() + b".plugin_utils")
+        with open(os.path.join(base, package, "plugin_utils", name + ".py"), "wb") as fh:
+            fh.write(src)
+    sys.path.insert(0, base)
+    return _namespace(package + ".plugin_utils")
+
+
 def load_baseline(ref):
+    """The tuner of another git ref: its library (plugins/plugin_utils) or, before that existed, its
+    one filter file (plugins/filter/mtp_tune.py); None where the ref has neither."""
     if ref in (None, "", "none"):
         return None
-    try:
-        src = subprocess.check_output(["git", "-C", ROOT, "show", "%s:plugins/filter/mtp_tune.py" % ref],
-                                      stderr=subprocess.DEVNULL)
-    except (subprocess.CalledProcessError, OSError):
+    if _git_show(ref, "plugins/plugin_utils/mtp_search.py") is not None:
+        return _load_library(ref)
+    src = _git_show(ref, "plugins/filter/mtp_tune.py")
+    if src is None:
         return None
     tmp = tempfile.NamedTemporaryFile("wb", suffix=".py", delete=False)
     tmp.write(src)
@@ -292,7 +340,7 @@ def bench_search(args):
         if base is not None:
             algos.append(("%s adaptive" % ref, base, {}))
         elif ref not in ("", "none"):
-            print("(baseline %s: no plugins/filter/mtp_tune.py there, skipped)" % ref)
+            print("(baseline %s: no tuner there, skipped)" % ref)
     band0 = math.sqrt(2) * 0.015
     noisy_noise = 2 * args.cv
     band_n = math.sqrt(2) * noisy_noise
@@ -591,7 +639,7 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
             attempts.append({"key": cand["key"], "candidate": cand, "overrides": ov, "fit_rung": nxt["fit_rung"],
                              "status": "failed" if cls else "ok", "failure_class": cls})
         first = attempts[0]["failure_class"] or "starts"
-        prog = NEW._fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if attempts[0]["failure_class"] else None
+        prog = NEW.fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if attempts[0]["failure_class"] else None
         lever = prog["lever"] if prog else None
         if not lever:
             capped = caps.get(steps)
