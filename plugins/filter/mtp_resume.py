@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters of a tuning run that meets what an earlier run left: which measurements may be reused,
 what a run in progress marks on the node, and how an interrupted run is picked up. The decisions
-are made in plugins/plugin_utils/mtp_resume.py; this file only publishes them as Jinja filters.
+are made in plugins/plugin_utils/mtp_resume.py; this file only publishes those the role asks for.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -11,8 +11,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import (
-    mtp_tune_active_plan, mtp_tune_bench_deadline, mtp_tune_fingerprint, mtp_tune_fingerprint_diff, mtp_tune_resume_plan,
-    mtp_tune_run_state, mtp_tune_runs)
+    mtp_tune_active_plan, mtp_tune_bench_deadline, mtp_tune_fingerprint, mtp_tune_resume_plan, mtp_tune_run_state,
+    mtp_tune_runs)
 
 
 class FilterModule(object):
@@ -21,7 +21,6 @@ class FilterModule(object):
     def filters(self):
         return {
             "mtp_tune_fingerprint": mtp_tune_fingerprint,
-            "mtp_tune_fingerprint_diff": mtp_tune_fingerprint_diff,
             "mtp_tune_resume_plan": mtp_tune_resume_plan,
             "mtp_tune_runs": mtp_tune_runs,
             "mtp_tune_run_state": mtp_tune_run_state,

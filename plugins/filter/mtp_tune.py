@@ -6,7 +6,7 @@
 The role ``mtp_tune`` only moves data around (restart, wait, benchmark, record); every decision
 (which candidate next, whether to retry smaller, who won, whether a converged server still
 performs) is made in plugins/plugin_utils/mtp_*.py, so that it can be unit-tested without a
-server. This file only publishes them as Jinja filters.
+server. This file only publishes, as Jinja filters, the decisions a role or playbook asks for.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,13 +15,11 @@ __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import mtp_tune_capped, mtp_tune_fit_ladder
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import mtp_tune_measured, mtp_tune_resume
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
-    mtp_tune_level_metrics, mtp_tune_pick_best, mtp_tune_progress, mtp_tune_rank, mtp_tune_score, mtp_tune_verify)
+    mtp_tune_level_metrics, mtp_tune_progress, mtp_tune_verify)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import mtp_tune_complete, mtp_tune_next
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
-    candidate_key, mtp_tune_candidates, mtp_tune_levels)
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_unverified, mtp_tune_winner
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates, mtp_tune_levels
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
 
 
 class FilterModule(object):
@@ -32,19 +30,12 @@ class FilterModule(object):
             "mtp_tune_candidates": mtp_tune_candidates,
             "mtp_tune_levels": mtp_tune_levels,
             "mtp_tune_level_metrics": mtp_tune_level_metrics,
-            "mtp_tune_score": mtp_tune_score,
-            "mtp_tune_rank": mtp_tune_rank,
-            "mtp_tune_pick_best": mtp_tune_pick_best,
             "mtp_tune_winner": mtp_tune_winner,
-            "mtp_tune_unverified": mtp_tune_unverified,
             "mtp_tune_next": mtp_tune_next,
             "mtp_tune_complete": mtp_tune_complete,
             "mtp_tune_attempt": mtp_tune_attempt,
             "mtp_tune_fit_ladder": mtp_tune_fit_ladder,
-            "mtp_tune_measured": mtp_tune_measured,
-            "mtp_tune_resume": mtp_tune_resume,
             "mtp_tune_verify": mtp_tune_verify,
             "mtp_tune_progress": mtp_tune_progress,
-            "mtp_tune_key": candidate_key,
             "mtp_tune_capped": mtp_tune_capped,
         }

@@ -747,9 +747,12 @@ def test_progress_line_names_candidate_outcome_and_best_so_far():
 
 def test_filters_are_registered():
     names = filters.FilterModule().filters()
-    for n in ("mtp_tune_candidates", "mtp_tune_score", "mtp_tune_pick_best", "mtp_tune_next",
-              "mtp_tune_fit_ladder", "mtp_tune_resume", "mtp_tune_verify", "mtp_tune_unverified"):
+    for n in ("mtp_tune_candidates", "mtp_tune_next", "mtp_tune_complete", "mtp_tune_winner",
+              "mtp_tune_fit_ladder", "mtp_tune_verify", "mtp_tune_progress", "mtp_tune_attempt"):
         assert callable(names[n])
+    # the library's inner decisions are not filters: no role asks for them
+    for n in ("mtp_tune_score", "mtp_tune_rank", "mtp_tune_pick_best", "mtp_tune_unverified", "mtp_tune_resume"):
+        assert n not in names
 
 
 # ---------------------------------------------------------------------------- the simulator's own model
