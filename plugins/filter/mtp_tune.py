@@ -6,7 +6,8 @@
 The role ``mtp_tune`` only moves data around (restart, wait, benchmark, record); every decision
 (which candidate next, whether to retry smaller, who won, whether a converged server still
 performs) is made in plugins/plugin_utils/mtp_*.py, so that it can be unit-tested without a
-server. This file only publishes, as Jinja filters, the decisions a role or playbook asks for.
+server. This file only publishes the decisions the role asks for; the decision filters take the
+run's spec (``_mtp_tune_spec``, plugins/plugin_utils/mtp_settings.py spec_from) as one argument.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -13,7 +13,7 @@ import math
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
-    OBJECTIVES, AnsibleFilterError, as_fraction, as_int, candidate_key, cost)
+    AnsibleFilterError, as_int, candidate_key, cost, spec_from)
 
 
 # --------------------------------------------------------------------------- metrics
@@ -41,9 +41,8 @@ def _repeats(node, figure):
 
 # --------------------------------------------------------------------------- scoring
 
-def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                   noise=0.015, tps_stat="mean"):
-    """Score one attempt for an objective.
+def mtp_tune_score(attempt, spec=None, tps_stat="mean"):
+    """Score one attempt for the objective of ``spec`` (a TuneSpec, or what spec_from takes).
 
     Returns ``{"value", "low", "high", "level", "feasible", "reason"}``; ``value`` is None when
     the attempt failed, misses the level, or (slo) meets the constraints at no level.
@@ -53,10 +52,12 @@ def mtp_tune_score(attempt, objective="latency", level=None, slo_min_tps=None, s
     - slo: the best aggregate over the levels (or only ``level``) where per-request tok/s >=
       ``slo_min_tps`` and/or TTFT p99 <= ``slo_max_ttft_p99_ms``; p99 on purpose, a mean hides
       the tail the SLO is about.
+
+    The band is ``spec.noise`` narrowed by the square root of the repeats.
     """
-    noise = as_fraction(noise, "mtp_tune_noise", 0.015)
-    if objective not in OBJECTIVES:
-        raise AnsibleFilterError("objective must be one of %s, got %r" % (", ".join(OBJECTIVES), objective))
+    spec = spec_from(spec)
+    objective, level, noise = spec.objective, spec.level, spec.noise
+    slo_min_tps, slo_max_ttft_p99_ms = spec.slo_min_tps, spec.slo_max_ttft_p99_ms
     if tps_stat not in ("mean", "p50"):
         raise AnsibleFilterError("tps_stat must be mean or p50, got %r" % (tps_stat,))
     res = {"value": None, "low": None, "high": None, "level": None, "feasible": False, "reason": "",
@@ -141,14 +142,13 @@ def tie_band(noise, *scores):
     return math.sqrt(sum(h * h for h in halves))
 
 
-def mtp_tune_node_noise(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                        noise=0.015):
+def mtp_tune_node_noise(attempts, spec=None):
     """Launch-to-launch noise measured on the node, and the noise the decisions use.
 
     Every candidate launched more than once with the same settings (a re-measurement, a resumed
     run's repeat) is a sample of how far one launch's figure moves on this node: the pooled
     relative standard deviation over them (degrees of freedom: launches less groups) is the
-    measured noise. ``mtp_tune_noise`` is a floor: ``used`` is the larger of the two, so a node
+    measured noise. ``spec.noise`` (mtp_tune_noise) is a floor: ``used`` is the larger of the two, so a node
     noisier than the setting widens every band, and a quiet one never narrows it below what the
     operator allowed. On a real H200 a tiny model at C=1 moved 15 % between launches of one
     setting (tests/gpu/real_sglang/README.md), ten times the default floor.
@@ -156,14 +156,15 @@ def mtp_tune_node_noise(attempts, objective="latency", level=None, slo_min_tps=N
     Returns ``{"floor", "measured", "dof", "groups", "used", "source"}``; ``measured`` is None
     without a repeated launch.
     """
-    floor = as_fraction(noise, "mtp_tune_noise", 0.015)
+    spec = spec_from(spec)
+    floor = spec.noise
     groups = {}
     for att in attempts or []:
         if att.get("status") != "ok":
             continue
         key = (att.get("key") or candidate_key(att["candidate"]),
                tuple(sorted((att.get("overrides") or {}).items())))
-        sc = mtp_tune_score(att, objective, level, slo_min_tps, slo_max_ttft_p99_ms, floor)
+        sc = mtp_tune_score(att, spec)
         if sc["value"]:
             groups.setdefault(key, []).append(float(sc["value"]))
     squares, dof, used_groups = 0.0, 0, []
@@ -188,28 +189,29 @@ def mtp_tune_node_noise(attempts, objective="latency", level=None, slo_min_tps=N
             "source": source}
 
 
-def used_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise):
-    """The noise the decisions use: the node's measured noise where it is above the floor ``noise``."""
-    return mtp_tune_node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)["used"]
+def under_node_noise(attempts, spec):
+    """``spec`` with the noise the decisions use: the node's measured noise where it is above the floor."""
+    return spec.replace(noise=mtp_tune_node_noise(attempts, spec)["used"])
 
 
-def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                  noise=0.015):
+def mtp_tune_rank(attempts, spec=None):
     """Every candidate's score, best first (failed and infeasible last, cheapest first among them).
 
     A candidate measured more than once with the same settings (a re-measurement) is scored
     by the mean of its launches; its band narrows with the square root of the measurements.
     """
-    noise = used_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    spec = under_node_noise(attempts, spec_from(spec))
+    noise = spec.noise
     atts = list(attempts or [])
     rows = []
     for key, att in _decided(atts).items():
-        sc = mtp_tune_score(att, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+        sc = mtp_tune_score(att, spec)
         if att.get("status") == "ok" and sc["value"] is not None:
             same = [a for a in atts if (a.get("key") or candidate_key(a["candidate"])) == key
                     and a.get("status") == "ok" and (a.get("overrides") or {}) == (att.get("overrides") or {})]
             if len(same) > 1:
-                scs = [mtp_tune_score(a, objective, sc["level"], slo_min_tps, slo_max_ttft_p99_ms, noise) for a in same]
+                at_level = spec.replace(level=sc["level"])
+                scs = [mtp_tune_score(a, at_level) for a in same]
                 scs = [x for x in scs if x["value"] is not None]
                 if scs:
                     n = sum(x["n"] for x in scs)
@@ -223,8 +225,7 @@ def mtp_tune_rank(attempts, objective="latency", level=None, slo_min_tps=None, s
     return rows
 
 
-def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                       noise=0.015):
+def mtp_tune_pick_best(attempts, spec=None):
     """The winner, with the noise-band tie rule.
 
     The top scorer wins unless a cheaper candidate is within the noise band of it: the band of
@@ -238,8 +239,9 @@ def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=No
     "top", "margin", "band"}``; ``margin`` is the winner's relative lead over the best candidate
     outside its tie group (negative: it trails the top within the band).
     """
-    noise = used_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
-    rank = mtp_tune_rank(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    spec = under_node_noise(attempts, spec_from(spec))
+    noise = spec.noise
+    rank = mtp_tune_rank(attempts, spec)
     scored = [r for r in rank if r["score"]["value"] is not None]
     out = {"winner": None, "runner_up": None, "tied": [], "decided_by": "no feasible candidate", "ranking": rank,
            "top": None, "margin": None, "band": None}
@@ -275,13 +277,15 @@ def mtp_tune_pick_best(attempts, objective="latency", level=None, slo_min_tps=No
 
 # --------------------------------------------------------------------------- after the search
 
-def mtp_tune_verify(level_metrics, tuned, objective="latency", tolerance=0.05, noise=0.015):
+def mtp_tune_verify(level_metrics, tuned, spec=None):
     """Whether a smoke bench after converging is within noise of the tuned figure.
 
     ``level_metrics``: the smoke bench's level dict; ``tuned``: the winner's score (from
-    mtp_tune_score).  Allowed deviation: the larger of ``tolerance`` and the tuned interval.
+    mtp_tune_score).  Allowed deviation: the larger of ``spec.verify_tolerance`` and the tuned
+    interval.  The figure is per-request tok/s for the latency objective, else the aggregate.
     """
-    tol = as_fraction(tolerance, "mtp_tune_verify_tolerance", 0.05)
+    spec = spec_from(spec)
+    objective, tol = spec.objective, spec.verify_tolerance
     if not tuned or tuned.get("value") is None:
         return {"ok": False, "value": None, "tuned": None, "delta": None, "reason": "no tuned figure"}
     m = mtp_tune_level_metrics(level_metrics or {})
@@ -298,9 +302,9 @@ def mtp_tune_verify(level_metrics, tuned, objective="latency", tolerance=0.05, n
             "%.1f%% below the tuned figure (allowed %.1f%%)" % (-delta * 100, band * 100)}
 
 
-def mtp_tune_progress(attempt, attempts, objective="latency", level=None, slo_min_tps=None,
-                      slo_max_ttft_p99_ms=None, noise=0.015):
+def mtp_tune_progress(attempt, attempts, spec=None):
     """One compact line per launch for a person watching the run."""
+    spec = spec_from(spec)
     cand = attempt.get("candidate") or {}
     head = "steps=%s topk=%s draft=%s" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
     ov = attempt.get("overrides") or {}
@@ -316,10 +320,10 @@ def mtp_tune_progress(attempt, attempts, objective="latency", level=None, slo_mi
         body = "ok, tok/s per-request/aggregate: " + " ".join(parts)
     else:
         body = "FAILED (%s)" % (attempt.get("failure_class") or "unknown")
-    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    best = mtp_tune_pick_best(attempts, spec)
     if best["winner"]:
         w = best["winner"]
-        tail = "best so far: %s (%s %.1f at C=%s)" % (w["key"], objective, w["score"]["value"], w["score"]["level"])
+        tail = "best so far: %s (%s %.1f at C=%s)" % (w["key"], spec.objective, w["score"]["value"], w["score"]["level"])
     else:
         tail = "best so far: none"
     return "%s: %s | %s" % (head, body, tail)

@@ -18,9 +18,9 @@ from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
-    level_of, mtp_tune_pick_best, tie_band, used_noise)
+    level_of, mtp_tune_pick_best, tie_band, under_node_noise)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
-    PROBE_ENDS, STRATEGIES, AnsibleFilterError, as_fraction, as_int, candidate_key, cost)
+    as_int, candidate_key, cost, spec_from)
 
 
 # The reason of a launch that completes a contender's table at every level (mtp_tune_complete).
@@ -67,14 +67,19 @@ class Lane(object):
     correct drafts.  Together they bound every unmeasured candidate's figure from above; where
     the measured points contradict the convexity beyond the noise, only the monotone bound is
     used, and where they contradict monotony, no bound at all (the candidate must be measured).
+
+    ``spec`` (a TuneSpec, or what spec_from takes) gives the objective, the level it is judged at,
+    the noise and the SLO's per-request floor.
     """
 
-    def __init__(self, lane, states, objective, level, noise, slo_min_tps, convex=True):
+    def __init__(self, lane, states, spec, convex=True):
+        spec = spec_from(spec)
         self.lane = lane
-        self.noise = noise
+        self.noise = noise = spec.noise
         self.use_convex = convex
-        self.objective = objective
-        self.slo_min = None if slo_min_tps in (None, "") else float(slo_min_tps)
+        self.objective = spec.objective
+        self.level = spec.level
+        self.slo_min = None if spec.slo_min_tps in (None, "") else float(spec.slo_min_tps)
         self.points = {}  # x (draft tokens - 1) -> {c: (t_pr, t_ag)}
         self.tau = {}
         alphas = []
@@ -234,9 +239,10 @@ class Lane(object):
             return pts[xs[0]]
         return max(pts[a] + (x - a) * (pts[b] - pts[a]) / float(b - a), 1e-12)
 
-    def predict(self, cand, level):
+    def predict(self, cand):
         """The figure the model expects (chain acceptance at the fitted alpha, interpolated round time)."""
         x = cand["draft_tokens"] - 1
+        level = self.level
         if not self.levels:
             return None
         if self.objective == "slo":
@@ -248,9 +254,10 @@ class Lane(object):
         tau = _chain_tau(x, self.alpha) if (self.chain and self.alpha is not None) else float(x + 1)
         return tau / self._t_mid(series, x)
 
-    def bound(self, cand, level):
+    def bound(self, cand):
         """Upper bound of the candidate's objective figure (inf: unbounded; None: cannot be feasible)."""
         x = cand["draft_tokens"] - 1
+        level = self.level
         if not self.levels:
             return float("inf")
         if self.objective == "latency":
@@ -291,10 +298,10 @@ def _acq(ub, pred):
     return (ub + pred) / 2.0
 
 
-def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
+def _adaptive_lane(lane, states, seed_idx, best, spec):
     """Next candidate of one lane and why, or (None, None) when the search of the lane is over.
 
-    After the seed and the ends ``probe_ends`` names, two rules in turn:
+    After the seed and the ends ``spec.probe_ends`` names, two rules in turn:
 
     1. among the candidates the chain-model bounds leave able to win, the one the model
        predicts highest, while that prediction beats the best measured figure (round time
@@ -305,18 +312,18 @@ def _adaptive_lane(lane, states, seed_idx, probe_ends, best, args):
        candidate within the noise band of it, bounds or not: the answer is then a measured
        local optimum, also where the round times bend the other way than the bounds assume.
     """
-    objective, level, noise, slo_min_tps = args
+    noise, probe_ends = spec.noise, spec.probe_ends
     if lane[seed_idx]["key"] not in states:
         return lane[seed_idx], "adaptive: seed"
-    model = Lane(lane, states, objective, level, noise, slo_min_tps)
+    model = Lane(lane, states, spec)
     band = math.sqrt(2.0) * noise
     open_ = {}
     for i, cand in enumerate(lane):
         if cand["key"] in states:
             continue
-        ub = model.bound(cand, level)
+        ub = model.bound(cand)
         if _can_win(ub, cand, best, band):
-            open_[i] = (ub, model.predict(cand, level))
+            open_[i] = (ub, model.predict(cand))
     keys = [c["key"] for c in lane]
     top = best["top"]
     ref = keys.index(top["key"]) if top and top["key"] in keys else seed_idx
@@ -403,15 +410,15 @@ def _noise_relaunch(attempts, budget):
                 used + 1, budget, first.get("key") or candidate_key(first["candidate"]))}
 
 
-def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, objective="latency", level=None,
-                  seed=3, fit_retry=False, fit_ladder=None, fit_classes=None, max_launches=None,
-                  slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015, probe_ends="high",
-                  remeasure_launches=0, noise_launches=0):
+def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
     """The next server launch, or None when the search is over.
+
+    ``spec`` (a TuneSpec, or what spec_from takes) says how to search; ``fit_ladder`` is the plan
+    of mtp_tune_fit_ladder, used when ``spec.fit_retry`` is on.
 
     Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit launch
     of the last failed candidate comes first (bisection over the lever its failure class names,
-    see mtp_tune_fit_ladder).  Then:
+    see mtp_tune_fit_ladder).  Then, by ``spec.strategy``:
 
     - sweep: the cheapest candidate not yet decided;
     - adaptive: per topk lane, the candidate nearest ``seed``, then the list's ends
@@ -431,25 +438,14 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
     before the search goes on: the spread between those launches is the node's noise
     (mtp_tune_node_noise), and every band and bound after it uses that when it is larger than
     ``noise``.
-
-    ``min_gain`` is kept for compatibility with stored settings; the search no longer uses it.
     """
-    if strategy not in STRATEGIES:
-        raise AnsibleFilterError("mtp_tune_strategy must be sweep or adaptive, got %r" % (strategy,))
-    as_fraction(min_gain, "mtp_tune_min_gain", 0.03)
-    noise = used_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
-    if probe_ends in (None, ""):
-        probe_ends = "high"
-    if isinstance(probe_ends, bool):
-        probe_ends = "both" if probe_ends else "none"
-    if probe_ends not in PROBE_ENDS:
-        raise AnsibleFilterError("mtp_tune_probe_ends must be one of %s, got %r" % (", ".join(PROBE_ENDS), probe_ends))
-    fit = fit_ladder if (fit_retry and isinstance(fit_ladder, dict)) else None
-    classes = fit_classes_of(fit_classes)
+    spec = under_node_noise(attempts, spec_from(spec))
+    fit = fit_ladder if (spec.fit_retry and isinstance(fit_ladder, dict)) else None
+    classes = fit_classes_of(spec.fit_classes)
     attempts = list(attempts or [])
     launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
 
-    if max_launches not in (None, "") and launches >= as_int(max_launches, "mtp_tune_max_launches"):
+    if spec.max_launches is not None and launches >= spec.max_launches:
         return None
     states = candidate_states(attempts, fit, classes)
     by_key = dict((c["key"], c) for c in candidates)
@@ -464,25 +460,24 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
                                   f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
                                   st["attempts"][0].get("failure_class"))})
         break
-    relaunch = _noise_relaunch(attempts, noise_launches)
+    relaunch = _noise_relaunch(attempts, spec.noise_launches)
     if relaunch:
         return _labelled(relaunch)
-    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
-    if strategy == "sweep":
+    best = mtp_tune_pick_best(attempts, spec)
+    if spec.strategy == "sweep":
         for cand in candidates:
             if cand["key"] not in states:
                 return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"})
-        nxt = _remeasure(attempts, best, remeasure_launches)
+        nxt = _remeasure(attempts, best, spec.remeasure_launches)
         return _labelled(nxt) if nxt else None
     lanes = {}
     for cand in candidates:
         lanes.setdefault(cand["topk"], []).append(cand)
-    args = (objective, level, noise, slo_min_tps)
     for topk in sorted(lanes):
         lane = lanes[topk]
-        seed_idx = _seed_index(lane, seed)
+        seed_idx = _seed_index(lane, spec.seed)
         while True:
-            cand, reason = _adaptive_lane(lane, states, seed_idx, probe_ends, best, args)
+            cand, reason = _adaptive_lane(lane, states, seed_idx, best, spec)
             if cand is None:
                 break
             if cannot_fit(cand, states, classes):
@@ -491,29 +486,29 @@ def mtp_tune_next(attempts, candidates, strategy="adaptive", min_gain=0.03, obje
                                        "pending": None, "done": True, "fit": None}
                 continue
             return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason})
-    nxt = _remeasure(attempts, best, remeasure_launches)
+    nxt = _remeasure(attempts, best, spec.remeasure_launches)
     return _labelled(nxt) if nxt else None
 
 
-def mtp_tune_complete(attempts, levels, objective="latency", level=None, slo_min_tps=None,
-                      slo_max_ttft_p99_ms=None, noise=0.015, max_launches=None):
+def mtp_tune_complete(attempts, spec=None):
     """After the search: the next contender to launch again and measure at every level, or None.
 
     A search that benchmarks only the judged level (``mtp_tune_search_levels=judged``) leaves
     the other levels of the report empty; the winner and every candidate tied with it within the
-    band are then launched once more with the same settings and measured at all of ``levels``,
+    band are then launched once more with the same settings and measured at all of ``spec.levels``,
     winner first. That launch's judged figure joins the earlier ones like a re-measurement (it
     may move the decision: the new winner is completed in turn). A contender is completed once:
-    a failed completing launch is not repeated. Stops at ``max_launches`` like the search.
+    a failed completing launch is not repeated. Stops at ``spec.max_launches`` like the search.
 
     Returns ``{"candidate", "overrides", "fit_rung", "reason", "label", "levels"}`` or None.
     """
-    want = sorted(set(as_int(c, "mtp_tune_concurrency item") for c in (levels or [])))
+    spec = spec_from(spec)
+    want = list(spec.levels)
     attempts = list(attempts or [])
     launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
-    if max_launches not in (None, "") and launches >= as_int(max_launches, "mtp_tune_max_launches"):
+    if spec.max_launches is not None and launches >= spec.max_launches:
         return None
-    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    best = mtp_tune_pick_best(attempts, spec)
     if best["winner"] is None or not want:
         return None
     by_key = dict((r["key"], r) for r in best["ranking"])

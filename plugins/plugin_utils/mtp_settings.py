@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What a tuning run is asked to do: its candidates and its concurrency levels, and the checks of
-the operator's input.  Controller-side library of plugins/filter/mtp_tune.py.
+"""What a tuning run is asked to do: its candidates, its concurrency levels, and the spec every
+decision of the mtp_tune filters is taken under (objective, judged level, SLO limits, noise floor,
+search settings).  Controller-side library of plugins/filter/mtp_tune.py.
 
 Vocabulary
 ----------
@@ -14,6 +15,8 @@ attempt
     "timings": {...}}``.  ``metrics`` is the ``sglang_bench`` fact as returned (keyed by the
     concurrency as a string); the extraction tolerates flat (``ttft_p99_ms``) and nested
     (``ttft_ms: {p99: ..}``) spellings so that the stored raw record stays the source of truth.
+spec
+    a TuneSpec (spec_from): what the decisions are asked, the same for every call of a run.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +24,12 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
+from collections import namedtuple
+
+try:
+    from collections.abc import Mapping
+except ImportError:  # pragma: no cover - Python 2
+    from collections import Mapping
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -156,3 +165,148 @@ def mtp_tune_levels(levels, objective="latency", level=None, search="judged"):
             "objective %s is judged at concurrency %d, which is not in mtp_tune_concurrency %r: "
             "add it to the list or set mtp_tune_level to one of the listed levels" % (objective, lvl, lv))
     return {"levels": lv, "level": lvl, "search": [lvl] if (search == "judged" and lvl is not None) else lv}
+
+
+# --------------------------------------------------------------------------- the spec
+
+# Each key of the spec, its default, and the role variable it comes from (named in an error, so
+# the operator knows what to fix).
+SPEC_KEYS = (
+    ("objective", "latency", "mtp_tune_objective"),
+    ("level", None, "mtp_tune_level"),
+    ("levels", (), "mtp_tune_concurrency"),
+    ("slo_min_tps", None, "mtp_tune_slo_min_tps"),
+    ("slo_max_ttft_p99_ms", None, "mtp_tune_slo_max_ttft_p99_ms"),
+    ("noise", 0.015, "mtp_tune_noise"),
+    ("strategy", "adaptive", "mtp_tune_strategy"),
+    ("seed", 3, "mtp_tune_seed"),
+    ("probe_ends", "high", "mtp_tune_probe_ends"),
+    ("fit_retry", False, "mtp_tune_fit_retry"),
+    ("fit_classes", None, "mtp_tune_fit_classes"),
+    ("max_launches", None, "mtp_tune_max_launches"),
+    ("remeasure_launches", 0, "mtp_tune_remeasure_launches"),
+    ("noise_launches", 0, "mtp_tune_noise_launches"),
+    ("verify_tolerance", 0.05, "mtp_tune_verify_tolerance"),
+)
+SPEC_FIELDS = tuple(k for k, _d, _v in SPEC_KEYS)
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0", "")
+
+
+class TuneSpec(namedtuple("TuneSpec", SPEC_FIELDS)):
+    """What every decision of a tuning run is taken under; built by spec_from, never by hand.
+
+    ``level``: the concurrency the objective is judged at (None: the objective's default, or for
+    slo every level); ``levels``: the run's concurrency levels (sorted, each once), which
+    mtp_tune_complete measures a contender at; ``fit_classes``: the failure classes a fit retry is
+    for, as given (None: the defaults of each use).  The rest as the role variables of the same
+    name (``mtp_tune_<key>``).
+    """
+
+    __slots__ = ()
+
+    def replace(self, **changes):
+        """The same spec with ``changes`` (a decision judged at another level, or under the noise
+        measured on the node)."""
+        return self._replace(**changes)
+
+
+def _absent(value):
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+def _choice(value, choices, default, var):
+    if _absent(value):
+        return default
+    if value not in choices:
+        raise AnsibleFilterError("%s must be one of %s, got %r" % (var, ", ".join(choices), value))
+    return value
+
+
+def _number(value, var):
+    """A limit: None when unset, else the number given (an integer stays one, so a message that
+    quotes it reads as the operator wrote it)."""
+    if _absent(value):
+        return None
+    if isinstance(value, bool):
+        raise AnsibleFilterError("%s must be a number, got %r" % (var, value))
+    if isinstance(value, (int, float)):
+        return value
+    text = str(value).strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise AnsibleFilterError("%s must be a number, got %r" % (var, value))
+
+
+def _flag(value, var):
+    if isinstance(value, bool):
+        return value
+    if value is None:
+        return False
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise AnsibleFilterError("%s must be true or false, got %r" % (var, value))
+
+
+def _list(value, var):
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise AnsibleFilterError("%s must be a list, got %r" % (var, value))
+    return list(value)
+
+
+def spec_from(value=None):
+    """The TuneSpec of ``value``: a dict with any of SPEC_FIELDS (the role builds it once, as
+    ``_mtp_tune_spec``), None for every default, or a TuneSpec (returned as it is).
+
+    Keys left out, null or empty take their defaults; every value is checked here, once, and a
+    bad one fails naming the role variable to fix.  ``objective``: latency, throughput or slo;
+    ``strategy``: sweep or adaptive; ``probe_ends``: both, high, low or none (true = both,
+    false = none); ``level``, ``seed``, ``max_launches``, ``remeasure_launches``,
+    ``noise_launches``: integers; ``levels``: a list of integers; ``slo_min_tps``,
+    ``slo_max_ttft_p99_ms``: numbers; ``noise``, ``verify_tolerance``: fractions >= 0;
+    ``fit_retry``: a boolean; ``fit_classes``: a list of failure classes.
+    """
+    if isinstance(value, TuneSpec):
+        return value
+    if _absent(value):
+        value = {}
+    if not isinstance(value, Mapping):
+        raise AnsibleFilterError("the tuning spec must be a dict with keys among %s (the role passes _mtp_tune_spec), "
+                                 "got %r" % (", ".join(SPEC_FIELDS), value))
+    unknown = sorted(str(k) for k in value if k not in SPEC_FIELDS)
+    if unknown:
+        raise AnsibleFilterError("the tuning spec has no key %s; its keys are %s" % (
+            ", ".join(unknown), ", ".join(SPEC_FIELDS)))
+    var = dict((k, v) for k, _d, v in SPEC_KEYS)
+    got = dict((k, value.get(k)) for k in SPEC_FIELDS)
+    probe_ends = got["probe_ends"]
+    if isinstance(probe_ends, bool):
+        probe_ends = "both" if probe_ends else "none"
+    levels = () if _absent(got["levels"]) else tuple(sorted(set(
+        as_int(c, "%s item" % var["levels"]) for c in _list(got["levels"], var["levels"]))))
+    fit_classes = None if _absent(got["fit_classes"]) else tuple(_list(got["fit_classes"], var["fit_classes"]))
+    return TuneSpec(
+        objective=_choice(got["objective"], OBJECTIVES, "latency", var["objective"]),
+        level=None if _absent(got["level"]) else as_int(got["level"], var["level"]),
+        levels=levels,
+        slo_min_tps=_number(got["slo_min_tps"], var["slo_min_tps"]),
+        slo_max_ttft_p99_ms=_number(got["slo_max_ttft_p99_ms"], var["slo_max_ttft_p99_ms"]),
+        noise=as_fraction(got["noise"], var["noise"], 0.015),
+        strategy=_choice(got["strategy"], STRATEGIES, "adaptive", var["strategy"]),
+        seed=3 if _absent(got["seed"]) else as_int(got["seed"], var["seed"]),
+        probe_ends=_choice(probe_ends, PROBE_ENDS, "high", var["probe_ends"]),
+        fit_retry=_flag(got["fit_retry"], var["fit_retry"]),
+        fit_classes=fit_classes,
+        max_launches=None if _absent(got["max_launches"]) else as_int(got["max_launches"], var["max_launches"]),
+        remeasure_launches=0 if _absent(got["remeasure_launches"]) else as_int(
+            got["remeasure_launches"], var["remeasure_launches"]),
+        noise_launches=0 if _absent(got["noise_launches"]) else as_int(got["noise_launches"], var["noise_launches"]),
+        verify_tolerance=as_fraction(got["verify_tolerance"], var["verify_tolerance"], 0.05),
+    )

@@ -15,12 +15,12 @@ import math
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
-    mtp_tune_node_noise, mtp_tune_pick_best, used_noise)
+    mtp_tune_node_noise, mtp_tune_pick_best, under_node_noise)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import Lane
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import spec_from
 
 
-def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, slo_min_tps=None,
-                        slo_max_ttft_p99_ms=None, noise=0.015, fit_classes=None):
+def mtp_tune_unverified(attempts, candidates, spec=None):
     """The candidates never measured that could still beat the winner by more than the tie band.
 
     An adaptive search (or a launch budget) ends without measuring every candidate, and then only
@@ -41,9 +41,10 @@ def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, s
     "gain_convex", "convex_rules_out"}]`` in list order; ``gain`` is ``bound`` over the winner's
     figure, minus one; ``convex_rules_out``: ``bound_convex`` is within the band of the winner.
     """
-    noise = used_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
-    classes = fit_classes_of(fit_classes)
-    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    spec = under_node_noise(attempts, spec_from(spec))
+    noise = spec.noise
+    classes = fit_classes_of(spec.fit_classes)
+    best = mtp_tune_pick_best(attempts, spec)
     winner = best["winner"]
     if winner is None or not candidates:
         return []
@@ -56,15 +57,15 @@ def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, s
     out = []
     for topk in sorted(lanes):
         lane = lanes[topk]
-        sound = Lane(lane, states, objective, level, noise, slo_min_tps, convex=False)
-        convex = Lane(lane, states, objective, level, noise, slo_min_tps, convex=True)
+        sound = Lane(lane, states, spec, convex=False)
+        convex = Lane(lane, states, spec, convex=True)
         for cand in lane:
             if cand["key"] in states or cannot_fit(cand, states, classes):
                 continue
-            ub = sound.bound(cand, level)
+            ub = sound.bound(cand)
             if ub is None or ub <= value * (1.0 + band):
                 continue
-            ubc = convex.bound(cand, level)
+            ubc = convex.bound(cand)
             out.append({"key": cand["key"], "steps": cand["steps"], "topk": cand["topk"],
                         "draft_tokens": cand["draft_tokens"], "bound": _finite(ub, 3),
                         "gain": _finite(None if ub is None else ub / value - 1.0, 4),
@@ -74,8 +75,7 @@ def mtp_tune_unverified(attempts, candidates, objective="latency", level=None, s
     return out
 
 
-def mtp_tune_model_check(attempts, candidates, objective="latency", level=None, slo_min_tps=None,
-                         slo_max_ttft_p99_ms=None, noise=0.015):
+def mtp_tune_model_check(attempts, candidates, spec=None):
     """Whether the launches agree with the model the search's bounds rest on.
 
     Per topk lane and judged series (time per verify round at the judged level, from the accept
@@ -85,14 +85,15 @@ def mtp_tune_model_check(attempts, candidates, objective="latency", level=None, 
     change of server configuration between launches (a fitted running-request cap or graph batch)
     is such a bend as the model sees it. Returns ``{"holds", "broken": [text]}``.
     """
-    noise = used_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    spec = under_node_noise(attempts, spec_from(spec))
+    objective, level = spec.objective, spec.level
     states = candidate_states(attempts)
     lanes = {}
     for cand in candidates or []:
         lanes.setdefault(cand["topk"], []).append(cand)
     broken = []
     for topk in sorted(lanes):
-        lane = Lane(lanes[topk], states, objective, level, noise, slo_min_tps, convex=True)
+        lane = Lane(lanes[topk], states, spec, convex=True)
         for (c, kind), series in sorted(lane.series.items()):
             judged = c == (level if level is not None else c) and kind == ("pr" if objective == "latency" else "ag")
             if not judged or len(series["xs"]) < 2:
@@ -112,9 +113,9 @@ def _finite(x, digits):
     return None if x is None or math.isinf(x) else round(x, digits)
 
 
-def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None, slo_max_ttft_p99_ms=None,
-                    noise=0.015, previous=None, now=None, candidates=None, fit_classes=None):
-    """The winner as stored in results.json (compact), or None.
+def mtp_tune_winner(attempts, spec=None, previous=None, now=None, candidates=None):
+    """The winner as stored in results.json (compact), or None, decided under ``spec`` (a
+    TuneSpec, or what spec_from takes).
 
     ``margin`` is the winner's relative lead over the runner-up (negative when it won a tie
     trailing the top within the band), ``band`` the tie band of that comparison and
@@ -126,7 +127,8 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
     the convexity rules out, and ``model`` whether the measurements agree with the model
     (mtp_tune_model_check).
     """
-    best = mtp_tune_pick_best(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)
+    spec = spec_from(spec)
+    best = mtp_tune_pick_best(attempts, spec)
     w = best["winner"]
     if w is None:
         return None
@@ -136,17 +138,15 @@ def mtp_tune_winner(attempts, objective="latency", level=None, slo_min_tps=None,
            "runner_up": best["runner_up"]["key"] if best["runner_up"] else None, "decided_at": now,
            "margin": best["margin"], "band": best["band"],
            "interval": [w["score"]["low"], w["score"]["high"]],
-           "noise": mtp_tune_node_noise(attempts, objective, level, slo_min_tps, slo_max_ttft_p99_ms, noise)}
+           "noise": mtp_tune_node_noise(attempts, spec)}
     if candidates:
-        rows = mtp_tune_unverified(attempts, candidates, objective, level, slo_min_tps,
-                                   slo_max_ttft_p99_ms, noise, fit_classes)
+        rows = mtp_tune_unverified(attempts, candidates, spec)
         # The stated model (accept length concave in depth, verify-round time non-decreasing and
         # convex within one configuration) is what the search's bounds rest on: what it rules
         # out is not open; what only a landscape outside it could make win is named apart.
         out["unverified"] = [u for u in rows if not u["convex_rules_out"]]
         out["model_rules_out"] = [u for u in rows if u["convex_rules_out"]]
-        out["model"] = mtp_tune_model_check(attempts, candidates, objective, level, slo_min_tps,
-                                            slo_max_ttft_p99_ms, noise)
+        out["model"] = mtp_tune_model_check(attempts, candidates, spec)
     prev = previous if isinstance(previous, dict) else {}
     if prev.get("key") == out["key"] and (prev.get("overrides") or {}) == out["overrides"] and prev.get("decided_at"):
         out["decided_at"] = prev["decided_at"]

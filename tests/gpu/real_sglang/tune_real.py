@@ -153,6 +153,12 @@ class Tuner:
         levels = parse_levels(args.levels) if args.levels else d["mtp_tune_concurrency"]
         self.plan = mtp_settings.mtp_tune_levels(levels, self.objective, args.level)
         self.level = self.plan["level"]
+        # What every decision is taken under, as the role's _mtp_tune_spec (no SLO, fit search off).
+        self.spec = mtp_settings.spec_from({
+            "objective": self.objective, "level": self.level, "levels": self.plan["levels"], "noise": self.noise,
+            "strategy": args.strategy, "seed": self.seed, "probe_ends": self.probe_ends, "fit_retry": False,
+            "fit_classes": self.fit_classes, "max_launches": self.max_launches,
+            "remeasure_launches": d["mtp_tune_remeasure_launches"]})
         # The fit search stays off (the role's default); the ladder is still what judges a server
         # SGLang capped below the judged concurrency, as candidate.yml does.
         self.ladder = mtp_fit.mtp_tune_fit_ladder(
@@ -330,14 +336,10 @@ class Tuner:
 
     # -- the loop -------------------------------------------------------------------------
     def next_launch(self):
-        return mtp_search.mtp_tune_next(
-            self.attempts, self.candidates, self.args.strategy, self.defaults["mtp_tune_min_gain"], self.objective,
-            self.level, self.seed, False, self.ladder, self.fit_classes, self.max_launches, None, None,
-            self.noise, self.probe_ends, self.defaults["mtp_tune_remeasure_launches"])
+        return mtp_search.mtp_tune_next(self.attempts, self.candidates, self.ladder, self.spec)
 
     def winner(self):
-        return mtp_winner.mtp_tune_winner(self.attempts, self.objective, self.level, None, None, self.noise, None, now_iso(),
-                                          candidates=self.candidates, fit_classes=self.fit_classes)
+        return mtp_winner.mtp_tune_winner(self.attempts, self.spec, None, now_iso(), self.candidates)
 
     def search_launches(self):
         # the role's count: attempts of this run that launched a server (resumed ones did not)
@@ -373,8 +375,7 @@ class Tuner:
             att = self.launch(nxt)
             self.attempts.append(att)
             self.save()
-            progress = mtp_score.mtp_tune_progress(att, self.attempts, self.objective, self.level,
-                                                   None, None, self.noise)
+            progress = mtp_score.mtp_tune_progress(att, self.attempts, self.spec)
             print("[%d] %s" % (att["launch"], progress), flush=True)
         if self.args.relaunch_noise > 0:
             self.relaunch_noise()
@@ -383,7 +384,7 @@ class Tuner:
 
     # -- launch-to-launch noise -----------------------------------------------------------
     def _sample(self, att, origin):
-        sc_ = mtp_score.mtp_tune_score(att, self.objective, self.level, None, None, self.noise)
+        sc_ = mtp_score.mtp_tune_score(att, self.spec)
         fig = (att.get("figures") or {}).get(str(sc_["level"] if sc_["level"] is not None else self.level)) or {}
         return {"origin": origin, "run": att.get("run"), "launch": att.get("launch"), "key": att.get("key"),
                 "status": att.get("status"), "failure_class": att.get("failure_class"),
