@@ -18,6 +18,7 @@ __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal
 from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_workload import load_jsonl
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import spec_from
 
 MEMORY_CLASSES = ("oom_kv_cache", "cuda_graph_capture", "cuda_oom")
 
@@ -64,16 +65,19 @@ def _failure_classes(attempts):
     return out
 
 
-def mtp_tune_no_winner_hint(attempts, objective="latency", fit_retry=False, fit_classes=None,
-                            slo_min_tps=None, slo_max_ttft_p99_ms=None):
+def mtp_tune_no_winner_hint(attempts, spec=None):
     """One sentence on what to change when no candidate won, fitted to why they lost.
 
-    ``mtp_tune_fit_retry`` is suggested only when a candidate failed on memory (the classes in
-    ``fit_classes``) and the fit search was off; an SLO that the candidates that ran all missed
-    gets its limits named; any other failure class gets its own hint (journal.hint).
+    ``spec`` is the run's (a TuneSpec, or what spec_from takes). ``mtp_tune_fit_retry`` is
+    suggested only when a candidate failed on memory (the classes in ``spec.fit_classes``, default
+    MEMORY_CLASSES) and the fit search was off; an SLO that the candidates that ran all missed gets
+    its limits named; any other failure class gets its own hint (journal.hint).
     """
+    spec = spec_from(spec)
+    objective, fit_retry = spec.objective, spec.fit_retry
+    slo_min_tps, slo_max_ttft_p99_ms = spec.slo_min_tps, spec.slo_max_ttft_p99_ms
     classes = _failure_classes(attempts)
-    fit = tuple(fit_classes) if fit_classes else MEMORY_CLASSES
+    fit = tuple(spec.fit_classes) if spec.fit_classes else MEMORY_CLASSES
     ran = [a for a in attempts or [] if a.get("status") == "ok"]
     parts = []
     memory = [c for c in classes if c in fit]

@@ -712,7 +712,6 @@ class FilterModule(object):
             "rollout_requested": rollout_requested,
             "rollout_tuned_setting": rollout_tuned_setting,
             "rollout_unit_settings": rollout_unit_settings,
-            "rollout_at_setting": rollout_at_setting,
             "rollout_smoke_check": rollout_smoke_check,
             "rollout_budget": rollout_budget,
             "rollout_summary": rollout_summary,

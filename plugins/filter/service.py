@@ -520,7 +520,6 @@ class FilterModule(object):
     def filters(self):
         return {
             "sglang_service_args": sglang_service_args,
-            "sglang_service_spec": sglang_service_spec,
             "sglang_service_problems": sglang_service_problems,
             "sglang_service_summary": sglang_service_summary,
             "sglang_systemd_exec": sglang_systemd_exec,

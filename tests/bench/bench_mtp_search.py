@@ -23,22 +23,41 @@ a brute-force walk over every value, and the target ceil(log2(range)) + 1.
 from __future__ import print_function
 
 import argparse
+import atexit
+import importlib
 import importlib.util
 import itertools
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 # Importing the test setup makes the checkout importable as the collection, and sim/ as sglang_sim.
 import conftest  # noqa: E402,F401 pylint: disable=unused-import
 
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as NEW  # noqa: E402
 from sglang_sim import perf, memory, config  # noqa: E402
+
+# The tuner's library (plugins/plugin_utils/mtp_*.py), as one namespace of its public names.
+MTP_MODULES = ("mtp_settings", "mtp_score", "mtp_fit", "mtp_search", "mtp_winner")
+
+
+def _namespace(package):
+    ns = types.SimpleNamespace()
+    for name in MTP_MODULES:
+        mod = importlib.import_module("%s.%s" % (package, name))
+        for attr in dir(mod):
+            if not attr.startswith("_"):
+                setattr(ns, attr, getattr(mod, attr))
+    return ns
+
+
+NEW = _namespace("ansible_collections.blackwell.sglang.plugins.plugin_utils")
 
 STEPS = [1, 2, 3, 4, 5, 6, 8, 10]
 LEVELS = [1, 2, 4, 8, 16, 32]
@@ -117,19 +136,43 @@ def measure(land, cand, rng, cv):
     return out
 
 
+def judged(land, noise=0.015):
+    """The spec of a tune on ``land``: its objective and level, and the noise the tuner is told."""
+    return {"objective": land["objective"], "level": land["level"], "noise": noise}
+
+
+def next_launch(mod, attempts, cands, spec, fit_ladder=None):
+    """``mod``'s next launch under ``spec`` (a dict of the spec's keys), whichever API that tuner has:
+    the spec (plugins/plugin_utils/mtp_settings.py spec_from) or, in refs from before it, positional
+    arguments and keywords."""
+    if hasattr(mod, "spec_from"):
+        return mod.mtp_tune_next(attempts, cands, fit_ladder, spec)
+    kw = dict(spec)
+    return mod.mtp_tune_next(attempts, cands, kw.pop("strategy", "adaptive"), 0.03, kw.pop("objective", "latency"),
+                             kw.pop("level", None), kw.pop("seed", 3), fit_ladder=fit_ladder, **kw)
+
+
+def pick_best(mod, attempts, spec):
+    """``mod``'s winner under ``spec``, whichever API that tuner has (see next_launch)."""
+    if hasattr(mod, "spec_from"):
+        return mod.mtp_tune_pick_best(attempts, spec)
+    return mod.mtp_tune_pick_best(attempts, spec.get("objective", "latency"), spec.get("level"), spec.get("slo_min_tps"),
+                                  spec.get("slo_max_ttft_p99_ms"), spec.get("noise", 0.015))
+
+
 def tune(mod, land, strategy, rng=None, cv=0.0, noise=0.015, **kw):
     cands = mod.mtp_tune_candidates(STEPS)
+    spec = dict(kw, strategy=strategy, seed=3, **judged(land, noise))
     attempts = []
     for _i in range(60):
-        nxt = mod.mtp_tune_next(attempts, cands, strategy, 0.03, land["objective"], land["level"], 3,
-                                noise=noise, **kw)
+        nxt = next_launch(mod, attempts, cands, spec)
         if nxt is None:
             break
         cand = nxt["candidate"]
         attempts.append({"key": cand["key"], "candidate": cand, "overrides": nxt["overrides"],
                          "fit_rung": nxt["fit_rung"], "reason": nxt["reason"], "status": "ok",
                          "metrics": measure(land, cand, rng, cv)})
-    best = mod.mtp_tune_pick_best(attempts, land["objective"], land["level"], None, None, noise)
+    best = pick_best(mod, attempts, spec)
     return attempts, best["winner"]["key"]
 
 
@@ -143,13 +186,42 @@ def truth(land):
     return vals
 
 
+def _git_show(ref, path):
+    try:
+        return subprocess.check_output(["git", "-C", ROOT, "show", "%s:%s" % (ref, path)], stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, OSError):
+        return None
+
+
+def _load_library(ref):
+    """The tuner's library of a ref that has plugins/plugin_utils/mtp_*.py, as its own package (its
+    imports of the library rewritten to that package; module_utils stay the checkout's)."""
+    package = "mtp_baseline_%s" % "".join(ch if ch.isalnum() else "_" for ch in ref)
+    base = tempfile.mkdtemp(prefix="mtp-baseline-")
+    atexit.register(shutil.rmtree, base, True)
+    os.makedirs(os.path.join(base, package, "plugin_utils"))
+    for init in (os.path.join(base, package, "__init__.py"), os.path.join(base, package, "plugin_utils", "__init__.py")):
+        open(init, "w").close()
+    for name in MTP_MODULES:
+        src = _git_show(ref, "plugins/plugin_utils/%s.py" % name)
+        if src is None:
+            return None
+        src = src.replace(b"ansible_collections.blackwell.sglang.plugins.plugin_utils", package.encode() + b".plugin_utils")
+        with open(os.path.join(base, package, "plugin_utils", name + ".py"), "wb") as fh:
+            fh.write(src)
+    sys.path.insert(0, base)
+    return _namespace(package + ".plugin_utils")
+
+
 def load_baseline(ref):
+    """The tuner of another git ref: its library (plugins/plugin_utils) or, before that existed, its
+    one filter file (plugins/filter/mtp_tune.py); None where the ref has neither."""
     if ref in (None, "", "none"):
         return None
-    try:
-        src = subprocess.check_output(["git", "-C", ROOT, "show", "%s:plugins/filter/mtp_tune.py" % ref],
-                                      stderr=subprocess.DEVNULL)
-    except (subprocess.CalledProcessError, OSError):
+    if _git_show(ref, "plugins/plugin_utils/mtp_search.py") is not None:
+        return _load_library(ref)
+    src = _git_show(ref, "plugins/filter/mtp_tune.py")
+    if src is None:
         return None
     tmp = tempfile.NamedTemporaryFile("wb", suffix=".py", delete=False)
     tmp.write(src)
@@ -252,7 +324,7 @@ def twin_landscape(land, measured, band):
 def twin_check(land, atts, key, kw, band, out):
     """Run the checkout's adaptive search on the twin of ``land`` (see twin_landscape)."""
     cands = NEW.mtp_tune_candidates(STEPS)
-    open_ = NEW.mtp_tune_unverified(atts, cands, land["objective"], land["level"], None, None, 0.015)
+    open_ = NEW.mtp_tune_unverified(atts, cands, judged(land))
     row = {"open": len(open_), "unbounded": sum(1 for u in open_ if u["bound"] is None), "fooled": False,
            "regret": 0.0}
     if open_:
@@ -273,14 +345,14 @@ def tune_until_settled(land, kw):
     by_key = dict((c["key"], c) for c in cands)
     attempts, _key = tune(NEW, land, "adaptive", **kw)
     while True:
-        open_ = NEW.mtp_tune_unverified(attempts, cands, land["objective"], land["level"], None, None, 0.015)
+        open_ = NEW.mtp_tune_unverified(attempts, cands, judged(land))
         if not open_:
             break
         row = sorted(open_, key=lambda u: (u["gain"] is not None, -(u["gain"] or 0.0), u["steps"]))[0]
         cand = by_key[row["key"]]
         attempts.append({"key": cand["key"], "candidate": cand, "overrides": {}, "fit_rung": None,
                          "reason": "settle", "status": "ok", "metrics": measure(land, cand, None, 0.0)})
-    best = NEW.mtp_tune_pick_best(attempts, land["objective"], land["level"], None, None, 0.015)
+    best = NEW.mtp_tune_pick_best(attempts, judged(land))
     return attempts, best["winner"]["key"]
 
 
@@ -292,7 +364,7 @@ def bench_search(args):
         if base is not None:
             algos.append(("%s adaptive" % ref, base, {}))
         elif ref not in ("", "none"):
-            print("(baseline %s: no plugins/filter/mtp_tune.py there, skipped)" % ref)
+            print("(baseline %s: no tuner there, skipped)" % ref)
     band0 = math.sqrt(2) * 0.015
     noisy_noise = 2 * args.cv
     band_n = math.sqrt(2) * noisy_noise
@@ -394,7 +466,7 @@ def complete(mod, land, attempts, levels, rng=None, cv=0.0, noise=0.015):
     every level; returns how many there were."""
     n = 0
     for _i in range(len(STEPS)):
-        nxt = mod.mtp_tune_complete(attempts, levels, land["objective"], land["level"], None, None, noise)
+        nxt = mod.mtp_tune_complete(attempts, dict(judged(land, noise), levels=levels))
         if nxt is None:
             break
         cand = nxt["candidate"]
@@ -449,7 +521,7 @@ def model_bench(lands, kw):
     rows = []
     for land in lands:
         atts, _key = tune(NEW, land, "adaptive", **kw)
-        w = NEW.mtp_tune_winner(atts, land["objective"], land["level"], None, None, 0.015, candidates=cands)
+        w = NEW.mtp_tune_winner(atts, judged(land), candidates=cands)
         rows.append((land["name"], len(w["unverified"]), len(w["model_rules_out"]), w["model"]["holds"]))
     sim = [r for r in rows if r[0].startswith("sim ")]
     other = [r for r in rows if not r[0].startswith("sim ")]
@@ -478,7 +550,7 @@ def long_list_bench(kw, steps=tuple(range(1, 17))):
             atts, key = tune(NEW, land, "adaptive", **kw)
             launches += len(atts)
             misses += vals[key] < max(vals.values()) * (1 - band) - 1e-9
-            w = NEW.mtp_tune_winner(atts, land["objective"], land["level"], None, None, 0.015, candidates=cands)
+            w = NEW.mtp_tune_winner(atts, judged(land), candidates=cands)
             opened += len(w["unverified"])
             open_lands += bool(w["unverified"])
         print("\nSteps %d..%d on the %d simulator landscapes (noise-free): launches %.1f %% of the sweep, winner off the "
@@ -581,7 +653,7 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
         cand = NEW.mtp_tune_candidates([steps])[0]
         attempts = []
         for _i in range(40):
-            nxt = NEW.mtp_tune_next(attempts, [cand], "sweep", fit_retry=True, fit_ladder=plan)
+            nxt = NEW.mtp_tune_next(attempts, [cand], plan, {"strategy": "sweep", "fit_retry": True})
             if nxt is None:
                 break
             ov = nxt["overrides"] or {}
@@ -591,7 +663,7 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
             attempts.append({"key": cand["key"], "candidate": cand, "overrides": ov, "fit_rung": nxt["fit_rung"],
                              "status": "failed" if cls else "ok", "failure_class": cls})
         first = attempts[0]["failure_class"] or "starts"
-        prog = NEW._fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if attempts[0]["failure_class"] else None
+        prog = NEW.fit_progress(attempts, plan, NEW.DEFAULT_FIT_CLASSES) if attempts[0]["failure_class"] else None
         lever = prog["lever"] if prog else None
         if not lever:
             capped = caps.get(steps)

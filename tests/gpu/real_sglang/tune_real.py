@@ -9,13 +9,13 @@ The role ``mtp_tune`` restarts a systemd unit per candidate; a lent GPU machine 
 so this driver replaces only the moving parts (start, wait, stop: server.py) and keeps every
 decision where the role has it, so what it measures is what the role would decide on:
 
-- candidates, levels, the next launch, the winner: ``plugins/filter/mtp_tune.py``
+- candidates, levels, the next launch, the winner: ``plugins/plugin_utils/mtp_*.py``
   (mtp_tune_candidates, mtp_tune_levels, mtp_tune_next, mtp_tune_capped, mtp_tune_winner),
   called with the role's arguments and its defaults (read from roles/mtp_tune/defaults/main.yml);
 - the attempt records: the same keys roles/mtp_tune/tasks/candidate.yml appends;
 - the benchmark: ``plugins/module_utils/sglang_runner.run_benchmark`` with the cfg the
   ``sglang_bench`` module builds from the role's task arguments;
-- resuming: ``plugins/filter/mtp_resume.py`` (mtp_tune_fingerprint, mtp_tune_resume_plan).
+- resuming: ``plugins/plugin_utils/mtp_resume.py`` (mtp_tune_fingerprint, mtp_tune_resume_plan).
 
 Each strategy is meant to run as its own invocation with its own launches: a results file
 names the strategy it was measured under and ``--resume`` refuses another one.
@@ -56,8 +56,12 @@ def _load_server():
 srv = _load_server()
 
 # pylint: disable=wrong-import-position
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as mt  # noqa: E402
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_resume as mr  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_fit  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_resume  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_score  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_search  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_settings  # noqa: E402
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_winner  # noqa: E402
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner  # noqa: E402
 from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_transport import ClientError  # noqa: E402
 
@@ -146,13 +150,19 @@ class Tuner:
         self.probe_ends = d["mtp_tune_probe_ends"] if args.probe_ends is None else args.probe_ends
         self.max_launches = d["mtp_tune_max_launches"] if args.max_launches is None else args.max_launches
         self.fit_classes = d["mtp_tune_fit_classes"]
-        self.candidates = mt.mtp_tune_candidates(parse_steps(args.steps), [1], [])
+        self.candidates = mtp_settings.mtp_tune_candidates(parse_steps(args.steps), [1], [])
         levels = parse_levels(args.levels) if args.levels else d["mtp_tune_concurrency"]
-        self.plan = mt.mtp_tune_levels(levels, self.objective, args.level)
+        self.plan = mtp_settings.mtp_tune_levels(levels, self.objective, args.level)
         self.level = self.plan["level"]
+        # What every decision is taken under, as the role's _mtp_tune_spec (no SLO, fit search off).
+        self.spec = mtp_settings.spec_from({
+            "objective": self.objective, "level": self.level, "levels": self.plan["levels"], "noise": self.noise,
+            "strategy": args.strategy, "seed": self.seed, "probe_ends": self.probe_ends, "fit_retry": False,
+            "fit_classes": self.fit_classes, "max_launches": self.max_launches,
+            "remeasure_launches": d["mtp_tune_remeasure_launches"]})
         # The fit search stays off (the role's default); the ladder is still what judges a server
         # SGLang capped below the judged concurrency, as candidate.yml does.
-        self.ladder = mt.mtp_tune_fit_ladder(
+        self.ladder = mtp_fit.mtp_tune_fit_ladder(
             None, None, d["mtp_tune_fit_bs_floor"],
             self.level if self.level is not None else max(self.plan["levels"]),
             d["mtp_tune_fit_default_bs"], d["mtp_tune_fit_default_mrr"], {}, False,
@@ -164,7 +174,7 @@ class Tuner:
             "endpoint": args.bench_endpoint, "prompt_format": args.bench_prompt_format,
             "warmup": args.bench_warmup, "timeout": args.bench_timeout,
         }
-        self.workload = mr.mtp_tune_fingerprint(
+        self.workload = mtp_resume.mtp_tune_fingerprint(
             self.bench, _flag_value(self.base_args, "--model-path", "--model"), args.release,
             _flag_value(self.base_args, "--tp-size", "--tp"), None, self.plan["levels"])
         # What a figure depends on beyond the workload fingerprint; --resume refuses a file
@@ -206,8 +216,8 @@ class Tuner:
                         % (path, ", ".join(diff), "; ".join(
                             "%s %r -> %r" % (k, (loaded.get("setup") or {}).get(k), self.setup.get(k))
                             for k in diff)))
-        plan = mr.mtp_tune_resume_plan(loaded, self.candidates, self.plan["levels"], self.workload, "measure",
-                                       self.defaults["mtp_tune_resume_retry_classes"], False)
+        plan = mtp_resume.mtp_tune_resume_plan(loaded, self.candidates, self.plan["levels"], self.workload, "measure",
+                                               self.defaults["mtp_tune_resume_retry_classes"], False)
         self.attempts = plan["attempts"]
         self.superseded = plan["superseded"]
         self.noise_runs = list(((loaded.get("relaunch_noise") or {}).get("samples")) or [])
@@ -288,7 +298,7 @@ class Tuner:
             stop = server.stop(self.args.stop_grace)
         gpu_idle_s = srv.wait_gpu_idle(self.args.gpu_idle_timeout, self.baseline_mib)
         ready = wait["ready"]
-        cap = (mt.mtp_tune_capped(result.get("server"), self.ladder, self.plan["levels"])
+        cap = (mtp_fit.mtp_tune_capped(result.get("server"), self.ladder, self.plan["levels"])
                if ready and not bench_failed else None)
         ok = ready and not bench_failed and cap is None
         levels = (result or {}).get("levels") or partial
@@ -321,20 +331,16 @@ class Tuner:
             "pid": server.proc.pid, "pids": sorted(server.descendants | {server.proc.pid}),
             "ready": dict((k, wait.get(k)) for k in ("ready", "seconds", "exit_code", "reason", "ready_line")),
             "stop": stop, "gpu_idle_s": gpu_idle_s,
-            "figures": dict((c, mt.mtp_tune_level_metrics(lv)) for c, lv in metrics.items()),
+            "figures": dict((c, mtp_score.mtp_tune_level_metrics(lv)) for c, lv in metrics.items()),
         }
         return attempt
 
     # -- the loop -------------------------------------------------------------------------
     def next_launch(self):
-        return mt.mtp_tune_next(
-            self.attempts, self.candidates, self.args.strategy, self.defaults["mtp_tune_min_gain"], self.objective,
-            self.level, self.seed, False, self.ladder, self.fit_classes, self.max_launches, None, None,
-            self.noise, self.probe_ends, self.defaults["mtp_tune_remeasure_launches"])
+        return mtp_search.mtp_tune_next(self.attempts, self.candidates, self.ladder, self.spec)
 
     def winner(self):
-        return mt.mtp_tune_winner(self.attempts, self.objective, self.level, None, None, self.noise, None, now_iso(),
-                                  candidates=self.candidates, fit_classes=self.fit_classes)
+        return mtp_winner.mtp_tune_winner(self.attempts, self.spec, None, now_iso(), self.candidates)
 
     def search_launches(self):
         # the role's count: attempts of this run that launched a server (resumed ones did not)
@@ -370,8 +376,7 @@ class Tuner:
             att = self.launch(nxt)
             self.attempts.append(att)
             self.save()
-            progress = mt.mtp_tune_progress(att, self.attempts, self.objective, self.level,
-                                            None, None, self.noise)
+            progress = mtp_score.mtp_tune_progress(att, self.attempts, self.spec)
             print("[%d] %s" % (att["launch"], progress), flush=True)
         if self.args.relaunch_noise > 0:
             self.relaunch_noise()
@@ -380,7 +385,7 @@ class Tuner:
 
     # -- launch-to-launch noise -----------------------------------------------------------
     def _sample(self, att, origin):
-        sc_ = mt.mtp_tune_score(att, self.objective, self.level, None, None, self.noise)
+        sc_ = mtp_score.mtp_tune_score(att, self.spec)
         fig = (att.get("figures") or {}).get(str(sc_["level"] if sc_["level"] is not None else self.level)) or {}
         return {"origin": origin, "run": att.get("run"), "launch": att.get("launch"), "key": att.get("key"),
                 "status": att.get("status"), "failure_class": att.get("failure_class"),
@@ -455,7 +460,7 @@ def build_parser():
                    help="the server's arguments without --host/--port and the speculative flags (one string)")
     p.add_argument("--algorithm", default="STANDALONE", help="--speculative-algorithm (default STANDALONE)")
     p.add_argument("--draft", default="", help="--speculative-draft-model-path; empty: not passed (NEXTN)")
-    p.add_argument("--strategy", choices=mt.STRATEGIES, default="adaptive")
+    p.add_argument("--strategy", choices=mtp_settings.STRATEGIES, default="adaptive")
     p.add_argument("--steps", default="1-8", help="speculative step counts: 1-8, 1,2,4 or 1-3,6")
     p.add_argument("--objective", choices=("latency", "throughput"), default="latency")
     p.add_argument("--level", type=int, default=None, help="concurrency judged (default: the objective's)")
@@ -521,7 +526,7 @@ def main(argv=None):
         tuner = Tuner(args)
         # Before anything is written: a refused resume must leave the earlier file as it was.
         message = tuner.load_resume()
-    except (Abort, mt.AnsibleFilterError, ValueError, OSError) as exc:
+    except (Abort, mtp_settings.AnsibleFilterError, ValueError, OSError) as exc:
         print("tune_real: %s" % exc, file=sys.stderr)
         return 2
     rc = 0
@@ -529,7 +534,7 @@ def main(argv=None):
         tuner.run(message)
     except KeyboardInterrupt:
         tuner.state, tuner.error, rc = "interrupted", "interrupted", 130
-    except (Abort, mt.AnsibleFilterError) as exc:
+    except (Abort, mtp_settings.AnsibleFilterError) as exc:
         tuner.state, tuner.error, rc = "failed", str(exc), 2
         print("tune_real: %s" % exc, file=sys.stderr)
     try:

@@ -1,11 +1,13 @@
 """Every filter the collection exports has an ansible-doc page (plugins/filter/<name>.yml) whose
-options are the filter's own parameters, and ansible-doc renders it. A filter added without a
-page, or a parameter added or renamed without updating its page, fails here by name."""
+options are the filter's own parameters, and ansible-doc renders it; every page names an exported
+filter, and every exported filter is used by a role or playbook. A filter added without a page, a
+parameter added or renamed without updating its page, or a filter nothing uses, fails here by name."""
 
 import importlib
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +49,27 @@ def test_every_exported_filter_has_a_page():
 def test_every_page_documents_an_exported_filter():
     stale = sorted(p.stem for p in FILTER_DIR.glob("*.yml") if p.stem not in FILTERS)
     assert not stale, "pages for filters no plugin exports: %s" % ", ".join(stale)
+    misnamed = sorted(p.stem for p in FILTER_DIR.glob("*.yml") if (page(p.stem)["DOCUMENTATION"] or {}).get("name") != p.stem)
+    assert not misnamed, "pages whose DOCUMENTATION.name is not their file's: %s" % ", ".join(misnamed)
+
+
+def _role_and_playbook_text():
+    """Every task file, var file, template and playbook of the collection's roles and playbooks."""
+    out = []
+    for top in ("roles", "playbooks"):
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.is_file() and path.suffix in (".yml", ".yaml", ".j2"):
+                out.append(path.read_text(encoding="utf-8"))
+    return "\n".join(out)
+
+
+def test_every_exported_filter_is_used_by_a_role_or_playbook():
+    """A filter is published for the roles and playbooks; the library's inner decisions stay in
+    plugins/plugin_utils (tests import them there). A filter nothing asks for is no filter."""
+    text = _role_and_playbook_text()
+    unused = sorted(name for name in FILTERS if not re.search(r"blackwell\.sglang\.%s\b" % re.escape(name), text))
+    assert not unused, ("filters no role or playbook uses (unpublish them: drop them from FilterModule.filters() "
+                        "and their page): %s" % ", ".join(unused))
 
 
 @pytest.mark.parametrize("name", sorted(FILTERS))

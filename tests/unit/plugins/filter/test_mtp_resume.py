@@ -1,11 +1,12 @@
-"""mtp_resume filters: what a run keeps from an earlier one, and how it picks up an interrupted one."""
+"""The resume decisions (plugins/plugin_utils/mtp_resume.py): what a run keeps from an earlier one,
+and how it picks up an interrupted one."""
 
 import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_resume as r
-from ansible_collections.blackwell.sglang.plugins.filter.mtp_tune import mtp_tune_candidates
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_resume as r
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates
 
 BENCH = {"input_len": 128, "output_len": 128, "dataset": "random", "temperature": 0.0, "time_scale": 0.05}
 WL = r.mtp_tune_fingerprint(BENCH, "Qwen/Q", "0.5.23", 4, None, [1, 4])

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Unit tests of the tuning decisions (plugins/filter/mtp_tune.py).
+"""Unit tests of the tuning decisions (plugins/plugin_utils/mtp_*.py).
 
 The search tests drive the filters with a synthetic cost model built from the operator's
 hand-made table (DESIGN.md): per-request tok/s at C=1, aggregate tok/s at C=16/32, and an OOM
@@ -12,7 +12,19 @@ import random
 import pytest
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as F
+from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as filters
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
+    candidate_states, fit_classes_of, mtp_tune_capped, mtp_tune_fit_ladder)
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import mtp_tune_measured, mtp_tune_resume
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
+    mtp_tune_level_metrics, mtp_tune_node_noise, mtp_tune_pick_best, mtp_tune_progress, mtp_tune_rank, mtp_tune_score,
+    mtp_tune_verify)
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import Lane, mtp_tune_complete, mtp_tune_next
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
+    TuneSpec, mtp_tune_candidates, mtp_tune_levels, spec_from)
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import (
+    mtp_tune_model_check, mtp_tune_unverified, mtp_tune_winner)
 
 # ---------------------------------------------------------------------------- the cost model
 
@@ -89,25 +101,25 @@ def launch(nxt, rng=None, cv=0.0, repeats=1):
 
 def tune(strategy, objective, steps=(1, 2, 3, 4, 5, 6, 8, 10), fit_retry=False, rng=None, cv=0.0, level=None,
          **kw):
-    cands = F.mtp_tune_candidates(list(steps))
-    ladder = F.mtp_tune_fit_ladder(512, None)
+    cands = mtp_tune_candidates(list(steps))
+    ladder = mtp_tune_fit_ladder(512, None)
+    spec = dict(kw, strategy=strategy, objective=objective, level=level, seed=3, fit_retry=fit_retry)
     attempts = []
     for _round in range(60):
-        nxt = F.mtp_tune_next(attempts, cands, strategy, 0.03, objective, level, seed=3, fit_retry=fit_retry,
-                              fit_ladder=ladder, **kw)
+        nxt = mtp_tune_next(attempts, cands, ladder, spec)
         if nxt is None:
             break
         attempts.append(launch(nxt, rng, cv))
     else:
         pytest.fail("search did not terminate")
-    best = F.mtp_tune_pick_best(attempts, objective, level, kw.get("slo_min_tps"), kw.get("slo_max_ttft_p99_ms"))
+    best = mtp_tune_pick_best(attempts, spec)
     return attempts, best
 
 
 # ---------------------------------------------------------------------------- candidates / levels
 
 def test_candidates_topk1_draft_is_steps_plus_one_sorted_and_deduplicated():
-    cands = F.mtp_tune_candidates([4, 1, "3", 4, 10.0])
+    cands = mtp_tune_candidates([4, 1, "3", 4, 10.0])
     assert [c["steps"] for c in cands] == [1, 3, 4, 10]
     assert all(c["topk"] == 1 and c["draft_tokens"] == c["steps"] + 1 for c in cands)
     assert cands[2]["key"] == "s4-k1-d5"
@@ -116,38 +128,38 @@ def test_candidates_topk1_draft_is_steps_plus_one_sorted_and_deduplicated():
 @pytest.mark.parametrize("bad", [[], None, "3,4", [1, "x"], [0, 2], [2.5], [True], {"a": 1}])
 def test_candidates_bad_steps_fail_clearly(bad):
     with pytest.raises(AnsibleFilterError, match="mtp_tune_steps"):
-        F.mtp_tune_candidates(bad)
+        mtp_tune_candidates(bad)
 
 
 def test_candidates_topk_above_one_needs_draft_tokens_in_range():
     with pytest.raises(AnsibleFilterError, match="mtp_tune_draft_tokens"):
-        F.mtp_tune_candidates([3], topk=[1, 4])
-    cands = F.mtp_tune_candidates([3], topk=[1, 4], draft_tokens=[4, 8, 16])
+        mtp_tune_candidates([3], topk=[1, 4])
+    cands = mtp_tune_candidates([3], topk=[1, 4], draft_tokens=[4, 8, 16])
     keys = [c["key"] for c in cands]
     # 16 > 3*4+1 is not a valid tree for steps 3, topk 4; topk 1 ignores the list.
     assert keys == ["s3-k1-d4", "s3-k4-d4", "s3-k4-d8"]
 
 
 def test_levels_default_objective_levels_and_missing_level():
-    assert F.mtp_tune_levels([32, 1, 4], "latency") == {"levels": [1, 4, 32], "level": 1, "search": [1]}
-    assert F.mtp_tune_levels([32, 1, 4], "throughput") == {"levels": [1, 4, 32], "level": 32, "search": [32]}
-    assert F.mtp_tune_levels([1, 8], "slo")["level"] is None
+    assert mtp_tune_levels([32, 1, 4], "latency") == {"levels": [1, 4, 32], "level": 1, "search": [1]}
+    assert mtp_tune_levels([32, 1, 4], "throughput") == {"levels": [1, 4, 32], "level": 32, "search": [32]}
+    assert mtp_tune_levels([1, 8], "slo")["level"] is None
     # the slo objective without a level is judged over every level: the search measures them all
-    assert F.mtp_tune_levels([1, 8], "slo")["search"] == [1, 8]
-    assert F.mtp_tune_levels([1, 8], "slo", 8)["search"] == [8]
-    assert F.mtp_tune_levels([32, 1, 4], "latency", None, "all")["search"] == [1, 4, 32]
+    assert mtp_tune_levels([1, 8], "slo")["search"] == [1, 8]
+    assert mtp_tune_levels([1, 8], "slo", 8)["search"] == [8]
+    assert mtp_tune_levels([32, 1, 4], "latency", None, "all")["search"] == [1, 4, 32]
     with pytest.raises(AnsibleFilterError, match="mtp_tune_search_levels must be one of judged, all"):
-        F.mtp_tune_levels([1, 4], "latency", None, "some")
+        mtp_tune_levels([1, 4], "latency", None, "some")
     with pytest.raises(AnsibleFilterError, match="not in mtp_tune_concurrency"):
-        F.mtp_tune_levels([4, 16], "latency")
+        mtp_tune_levels([4, 16], "latency")
     with pytest.raises(AnsibleFilterError, match="not in mtp_tune_concurrency"):
-        F.mtp_tune_levels([1, 16], "throughput", 32)
+        mtp_tune_levels([1, 16], "throughput", 32)
     with pytest.raises(AnsibleFilterError, match="empty"):
-        F.mtp_tune_levels([], "latency")
+        mtp_tune_levels([], "latency")
     with pytest.raises(AnsibleFilterError, match="integer"):
-        F.mtp_tune_levels([1, "many"], "latency")
+        mtp_tune_levels([1, "many"], "latency")
     with pytest.raises(AnsibleFilterError, match="mtp_tune_objective"):
-        F.mtp_tune_levels([1], "fastest")
+        mtp_tune_levels([1], "fastest")
 
 
 # ---------------------------------------------------------------------------- metrics / scoring
@@ -157,89 +169,89 @@ def test_level_metrics_reads_sglang_bench_levels():
            "ttft_ms": {"p99": 300.0}, "e2e_latency_ms": {"p99": 9000.0}, "failed": 0,
            "ci": {"decode_tps_per_request_mean": {"mean": 50.0, "low": 52.0, "high": 48.0, "half_width": 2.0},
                   "output_throughput": {"mean": 100.0, "low": None, "high": None}}}
-    m = F.mtp_tune_level_metrics(lvl)
+    m = mtp_tune_level_metrics(lvl)
     assert m["output_throughput"] == 100.0
     assert m["decode_tps_mean"] == 50.0 and m["decode_tps_p50"] == 49.0
     assert m["decode_tps_ci"] == (48.0, 52.0)
     assert m["output_throughput_ci"] is None  # one repeat says nothing about its spread
     assert m["ttft_p99_ms"] == 300.0 and m["e2e_p99_ms"] == 9000.0
-    assert F.mtp_tune_level_metrics(None)["output_throughput"] is None
+    assert mtp_tune_level_metrics(None)["output_throughput"] is None
 
 
 def _att(steps, metrics, status="ok"):
-    cand = F.mtp_tune_candidates([steps])[0]
+    cand = mtp_tune_candidates([steps])[0]
     return {"key": cand["key"], "candidate": cand, "overrides": {}, "status": status, "metrics": metrics}
 
 
 def test_score_latency_throughput_and_failed():
-    att = _att(4, bench(F.mtp_tune_candidates([4])[0]))
-    lat = F.mtp_tune_score(att, "latency")
+    att = _att(4, bench(mtp_tune_candidates([4])[0]))
+    lat = mtp_tune_score(att, {"objective": "latency"})
     assert lat["value"] == pytest.approx(277.0) and lat["level"] == 1
     assert lat["low"] == pytest.approx(277.0 * 0.985) and lat["high"] == pytest.approx(277.0 * 1.015)
-    thr = F.mtp_tune_score(att, "throughput")
+    thr = mtp_tune_score(att, {"objective": "throughput"})
     assert thr["value"] == pytest.approx(1750.0) and thr["level"] == 32
-    assert F.mtp_tune_score(att, "throughput", 16)["value"] == pytest.approx(1596.0)
+    assert mtp_tune_score(att, {"objective": "throughput", "level": 16})["value"] == pytest.approx(1596.0)
     failed = {"key": "s10-k1-d11", "candidate": {}, "status": "failed", "failure_class": "oom_kv_cache"}
-    sc = F.mtp_tune_score(failed, "latency")
+    sc = mtp_tune_score(failed, {"objective": "latency"})
     assert sc["value"] is None and "oom_kv_cache" in sc["reason"]
-    assert F.mtp_tune_score(att, "latency", 2)["value"] is None  # level not measured
+    assert mtp_tune_score(att, {"objective": "latency", "level": 2})["value"] is None  # level not measured
 
 
 def test_score_band_is_the_noise_narrowed_by_repeats_not_the_student_t_interval():
-    m = bench(F.mtp_tune_candidates([4])[0], random.Random(1), 0.01, repeats=3)
-    sc = F.mtp_tune_score(_att(4, m), "latency")
+    m = bench(mtp_tune_candidates([4])[0], random.Random(1), 0.01, repeats=3)
+    sc = mtp_tune_score(_att(4, m), {"objective": "latency"})
     half = 0.015 / 3 ** 0.5
     assert sc["n"] == 3 and sc["half"] == pytest.approx(half)
     assert (sc["low"], sc["high"]) == (pytest.approx(sc["value"] * (1 - half)), pytest.approx(sc["value"] * (1 + half)))
 
 
 def test_score_level_with_failed_requests_is_not_a_figure():
-    m = bench(F.mtp_tune_candidates([4])[0])
+    m = bench(mtp_tune_candidates([4])[0])
     m["1"]["failed"] = 2
-    sc = F.mtp_tune_score(_att(4, m), "latency")
+    sc = mtp_tune_score(_att(4, m), {"objective": "latency"})
     assert sc["value"] is None and "failed requests" in sc["reason"]
 
 
 def test_score_slo_takes_best_feasible_level_and_judges_p99_not_mean():
-    m = bench(F.mtp_tune_candidates([3])[0])
+    m = bench(mtp_tune_candidates([3])[0])
     # TTFT p99 = 80 ms x C: C=16 -> 1280 ms, C=32 -> 2560 ms.
-    sc = F.mtp_tune_score(_att(3, m), "slo", slo_max_ttft_p99_ms=1500)
+    sc = mtp_tune_score(_att(3, m), {"objective": "slo", "slo_max_ttft_p99_ms": 1500})
     assert sc["level"] == 16 and sc["value"] == pytest.approx(1780.0)
     # Heavy tail: the mean passes, the p99 does not -> the level is rejected.
     m["16"]["ttft_ms"] = {"mean": 200.0, "p50": 150.0, "p99": 4000.0}
-    sc = F.mtp_tune_score(_att(3, m), "slo", slo_max_ttft_p99_ms=1500)
+    sc = mtp_tune_score(_att(3, m), {"objective": "slo", "slo_max_ttft_p99_ms": 1500})
     assert sc["level"] == 4
-    sc = F.mtp_tune_score(_att(3, m), "slo", slo_min_tps=1000)
+    sc = mtp_tune_score(_att(3, m), {"objective": "slo", "slo_min_tps": 1000})
     assert sc["value"] is None and "per-request" in sc["reason"]
     with pytest.raises(AnsibleFilterError, match="slo"):
-        F.mtp_tune_score(_att(3, m), "slo")
+        mtp_tune_score(_att(3, m), {"objective": "slo"})
 
 
 # ---------------------------------------------------------------------------- pick best
 
 def test_pick_best_tie_within_noise_goes_to_fewer_draft_tokens():
     atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None})
-            for c in F.mtp_tune_candidates([3, 4, 5, 6])]
-    best = F.mtp_tune_pick_best(atts, "latency")
+            for c in mtp_tune_candidates([3, 4, 5, 6])]
+    best = mtp_tune_pick_best(atts, {"objective": "latency"})
     # 5 (282) is the raw top; 4 (277, 1.8 % behind) is inside the band of a difference
     # (sqrt(2) x 1.5 % = 2.1 %), 6 (275, 2.5 % behind) is not: 4, the cheaper, wins.
     assert best["winner"]["key"] == "s4-k1-d5"
     assert set(best["tied"]) == {"s4-k1-d5", "s5-k1-d6"}
     assert "cheapest" in best["decided_by"] and best["margin"] == pytest.approx(277.0 / 282.0 - 1)
     # With a tighter band (+/-0.5 %) 5 beats both beyond noise.
-    best = F.mtp_tune_pick_best(atts, "latency", noise=0.005)
+    best = mtp_tune_pick_best(atts, {"objective": "latency", "noise": 0.005})
     assert best["winner"]["key"] == "s5-k1-d6" and best["margin"] == pytest.approx(282.0 / 277.0 - 1)
 
 
 def test_pick_best_clear_winner_and_no_feasible():
     atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None})
-            for c in F.mtp_tune_candidates([2, 3, 4])]
-    best = F.mtp_tune_pick_best(atts, "throughput")
+            for c in mtp_tune_candidates([2, 3, 4])]
+    best = mtp_tune_pick_best(atts, {"objective": "throughput"})
     assert best["winner"]["key"] == "s3-k1-d4" and best["runner_up"]["key"] == "s2-k1-d3"
     assert best["decided_by"].startswith("beats s2-k1-d3 by 7.0% (band 2.1%)")
-    failed = [{"key": "s10-k1-d11", "candidate": F.mtp_tune_candidates([10])[0], "status": "failed",
+    failed = [{"key": "s10-k1-d11", "candidate": mtp_tune_candidates([10])[0], "status": "failed",
                "failure_class": "oom_kv_cache"}]
-    assert F.mtp_tune_pick_best(failed, "latency")["winner"] is None
+    assert mtp_tune_pick_best(failed, {"objective": "latency"})["winner"] is None
 
 
 def test_repeats_never_let_a_clearly_worse_setting_win():
@@ -257,25 +269,25 @@ def test_repeats_never_let_a_clearly_worse_setting_win():
                 t = {2: 12.71, 3: 4.30}[repeats] * sd / repeats ** 0.5
                 atts.append(_att(steps, {"32": {"output_throughput": mean, "failed": 0, "ci": {
                     "output_throughput": {"mean": mean, "low": mean - t, "high": mean + t, "n": repeats}}}}))
-            wins += F.mtp_tune_pick_best(atts, "throughput")["winner"]["key"] == "s4-k1-d5"
+            wins += mtp_tune_pick_best(atts, {"objective": "throughput"})["winner"]["key"] == "s4-k1-d5"
         assert wins == 200, (repeats, wins)
 
 
 def test_a_candidate_worse_than_the_band_never_wins():
     rng = random.Random(3)
-    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5, 6])
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6])
     for _i in range(300):
         atts = [_att(c["steps"], {"1": {"decode_tps_per_request": {"mean": rng.uniform(90, 110)}, "failed": 0}})
                 for c in cands]
-        best = F.mtp_tune_pick_best(atts, "latency")
+        best = mtp_tune_pick_best(atts, {"objective": "latency"})
         top = best["top"]["score"]["value"]
         assert best["winner"]["score"]["value"] >= top * (1 - 2 ** 0.5 * 0.015) - 1e-9
 
 
 def test_remeasured_candidate_is_scored_by_its_mean_and_a_narrower_band():
-    cand = F.mtp_tune_candidates([4])[0]
+    cand = mtp_tune_candidates([4])[0]
     atts = [_att(4, {"1": {"decode_tps_per_request": {"mean": v}, "failed": 0}}) for v in (100.0, 101.0)]
-    row = F.mtp_tune_rank(atts, "latency")[0]
+    row = mtp_tune_rank(atts, {"objective": "latency"})[0]
     assert row["key"] == cand["key"] and row["score"]["value"] == pytest.approx(100.5)
     # the two launches differ by 1 %: below the floor, which stays the noise
     assert row["score"]["n"] == 2 and row["score"]["half"] == pytest.approx(0.015 / 2 ** 0.5)
@@ -286,30 +298,30 @@ def _tps(steps, value):
 
 
 def test_node_noise_is_the_pooled_spread_of_repeated_launches_with_the_setting_as_floor():
-    none = F.mtp_tune_node_noise([_tps(3, 100.0), _tps(4, 110.0)])
+    none = mtp_tune_node_noise([_tps(3, 100.0), _tps(4, 110.0)])
     assert none["measured"] is None and none["used"] == 0.015 and none["source"].startswith("assumed")
     # steps 3 twice (100, 104) and steps 4 three times (90, 100, 110): pooled over 1 + 2 dof
     atts = [_tps(3, 100.0), _tps(3, 104.0), _tps(4, 90.0), _tps(4, 100.0), _tps(4, 110.0), _tps(5, 80.0)]
-    got = F.mtp_tune_node_noise(atts, noise=0.015)
+    got = mtp_tune_node_noise(atts, {"noise": 0.015})
     sq = (100 / 102.0 - 1) ** 2 + (104 / 102.0 - 1) ** 2 + 0.1 ** 2 + 0.0 + 0.1 ** 2
     assert got["dof"] == 3 and got["measured"] == pytest.approx((sq / 3) ** 0.5)
     assert got["used"] == got["measured"] and got["source"].startswith("measured")
     assert [g["launches"] for g in got["groups"]] == [2, 3]
-    quiet = F.mtp_tune_node_noise([_tps(3, 100.0), _tps(3, 100.2)], noise=0.02)
+    quiet = mtp_tune_node_noise([_tps(3, 100.0), _tps(3, 100.2)], {"noise": 0.02})
     assert quiet["used"] == 0.02 and quiet["source"].startswith("floor")
     # failed launches and other fit settings are not repeats of the same thing
     other = dict(_tps(3, 150.0), overrides={"max_running_requests": 8})
-    assert F.mtp_tune_node_noise([_tps(3, 100.0), other])["measured"] is None
+    assert mtp_tune_node_noise([_tps(3, 100.0), other])["measured"] is None
 
 
 def test_a_noisy_node_widens_the_band_and_turns_a_win_into_a_tie():
     # steps 4 leads steps 3 by 6 %: decisive at the 1.5 % floor ...
     atts = [_tps(3, 100.0), _tps(4, 106.0)]
-    assert F.mtp_tune_winner(atts)["key"] == "s4-k1-d5"
+    assert mtp_tune_winner(atts)["key"] == "s4-k1-d5"
     # ... but steps 3 relaunched read 100 and 80: the node moves 16 % between launches, as the
     # real H200 did at C=1, and 6 % is inside that
     noisy = atts + [_tps(3, 80.0)]
-    w = F.mtp_tune_winner(noisy)
+    w = mtp_tune_winner(noisy)
     assert w["noise"]["measured"] == pytest.approx(2 ** 0.5 * 10 / 90.0)
     assert w["key"] == "s3-k1-d4" and "tie" in w["decided_by"]
 
@@ -325,81 +337,81 @@ def test_the_real_h200_sweep_replayed_is_a_tie_once_its_relaunches_are_counted()
     with open(os.path.join(live, "tune_sweep.json")) as f:
         run = json.load(f)
     atts = [dict(a, resumed=False) for a in run["attempts"]]
-    assert F.mtp_tune_winner(atts)["key"] == "s5-k1-d6"
+    assert mtp_tune_winner(atts)["key"] == "s5-k1-d6"
     s1 = next(a for a in atts if a["key"] == "s1-k1-d2")
     for sample in run["relaunch_noise"]["samples"][1:]:
         level = dict(s1["metrics"]["1"], decode_tps_per_request={"mean": sample["value"]})
         atts.append(dict(s1, metrics={"1": level}))
-    w = F.mtp_tune_winner(atts)
+    w = mtp_tune_winner(atts)
     assert w["noise"]["measured"] == pytest.approx(run["relaunch_noise"]["cv"], rel=1e-6)
     assert w["key"] == "s2-k1-d3" and "tie" in w["decided_by"]
     assert {"s3-k1-d4", "s5-k1-d6", "s6-k1-d7"} <= set(w["tied"])
 
 
 def test_remeasure_only_the_tied_contenders_within_the_budget():
-    cands = F.mtp_tune_candidates([3, 4])
+    cands = mtp_tune_candidates([3, 4])
     atts = [_att(3, {"1": {"decode_tps_per_request": {"mean": 100.0}, "failed": 0}}),
             _att(4, {"1": {"decode_tps_per_request": {"mean": 101.0}, "failed": 0}})]
-    assert F.mtp_tune_next(atts, cands, "sweep") is None  # no budget: no re-measurement
-    nxt = F.mtp_tune_next(atts, cands, "sweep", remeasure_launches=1)
+    assert mtp_tune_next(atts, cands, spec={"strategy": "sweep"}) is None  # no budget: no re-measurement
+    nxt = mtp_tune_next(atts, cands, spec={"strategy": "sweep", "remeasure_launches": 1})
     assert nxt["reason"].startswith("remeasure 1/1") and nxt["candidate"]["key"] in ("s3-k1-d4", "s4-k1-d5")
     atts.append(dict(_att(nxt["candidate"]["steps"], {"1": {"decode_tps_per_request": {"mean": 100.5}, "failed": 0}}),
                      reason=nxt["reason"]))
-    assert F.mtp_tune_next(atts, cands, "sweep", remeasure_launches=1) is None  # budget spent
+    assert mtp_tune_next(atts, cands, spec={"strategy": "sweep", "remeasure_launches": 1}) is None  # budget spent
     clear = atts[:1] + [_att(4, {"1": {"decode_tps_per_request": {"mean": 120.0}, "failed": 0}})]
-    assert F.mtp_tune_next(clear, cands, "sweep", remeasure_launches=3) is None  # nothing overlaps
+    assert mtp_tune_next(clear, cands, spec={"strategy": "sweep", "remeasure_launches": 3}) is None  # nothing overlaps
 
 
 def test_pick_best_uses_last_successful_attempt_of_a_candidate():
-    cand = F.mtp_tune_candidates([10])[0]
+    cand = mtp_tune_candidates([10])[0]
     first = {"key": cand["key"], "candidate": cand, "status": "failed", "failure_class": "oom_kv_cache", "fit_rung": None}
     retry = launch({"candidate": cand, "overrides": {"cuda_graph_max_bs": 64}, "fit_rung": 2})
-    best = F.mtp_tune_pick_best([first, retry], "latency")
+    best = mtp_tune_pick_best([first, retry], {"objective": "latency"})
     assert best["winner"]["key"] == cand["key"]
     assert best["winner"]["overrides"] == {"cuda_graph_max_bs": 64}
 
 
 def test_winner_record_is_compact_and_keeps_decided_at_when_unchanged():
-    atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None}) for c in F.mtp_tune_candidates([3, 4, 5])]
-    w = F.mtp_tune_winner(atts, "latency", now="2026-12-02T15:00:00Z")
+    atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None}) for c in mtp_tune_candidates([3, 4, 5])]
+    w = mtp_tune_winner(atts, {"objective": "latency"}, now="2026-12-02T15:00:00Z")
     assert w["key"] == "s4-k1-d5" and w["candidate"] == {"steps": 4, "topk": 1, "draft_tokens": 5}
     assert w["decided_at"] == "2026-12-02T15:00:00Z" and w["runner_up"] == "s5-k1-d6" and "s5-k1-d6" in w["tied"]
     assert w["margin"] == pytest.approx(277.0 / 282.0 - 1) and w["band"] == pytest.approx(2 ** 0.5 * 0.015)
     assert w["interval"] == [pytest.approx(277.0 * 0.985), pytest.approx(277.0 * 1.015)]
-    again = F.mtp_tune_winner(atts, "latency", previous=w, now="2026-12-03T09:00:00Z")
+    again = mtp_tune_winner(atts, {"objective": "latency"}, previous=w, now="2026-12-03T09:00:00Z")
     assert again == w
-    thr = F.mtp_tune_winner(atts, "throughput", previous=w, now="2026-12-03T09:00:00Z")
+    thr = mtp_tune_winner(atts, {"objective": "throughput"}, previous=w, now="2026-12-03T09:00:00Z")
     assert thr["key"] == "s3-k1-d4" and thr["decided_at"] == "2026-12-03T09:00:00Z"
-    assert F.mtp_tune_winner([], "latency") is None
+    assert mtp_tune_winner([], {"objective": "latency"}) is None
 
 
 # ---------------------------------------------------------------------------- fit search
 
 def test_fit_plan_starts_where_sglang_really_is():
-    plan = F.mtp_tune_fit_ladder(512, None, bs_floor=4, mrr_floor=32, default_mrr=48)
+    plan = mtp_tune_fit_ladder(512, None, bs_floor=4, mrr_floor=32, default_mrr=48)
     # 0.5.23: 48 running requests with speculation; captured graph sizes clamped to it.
     assert plan["max_running_requests"] == 48 and plan["cuda_graph_max_bs"] == 48
     assert plan["mrr_floor"] == 32 and plan["levers"]["oom_kv_cache"] == "max_running_requests"
     assert plan["levers"]["oom_hybrid_state"] is None  # radix cache on: the pool ignores the limit
-    assert F.mtp_tune_fit_ladder(levers={"oom_hybrid_state": "max_running_requests"})["levers"]["oom_hybrid_state"] \
+    assert mtp_tune_fit_ladder(levers={"oom_hybrid_state": "max_running_requests"})["levers"]["oom_hybrid_state"] \
         == "max_running_requests"
     assert plan["levers"]["cuda_graph_capture"] == "cuda_graph_max_bs"
     # --disable-radix-cache: the state pool is max_running_requests slots, taken before KV
-    off = F.mtp_tune_fit_ladder(512, None, radix_cache=False)["levers"]
+    off = mtp_tune_fit_ladder(512, None, radix_cache=False)["levers"]
     assert off["oom_weights"] == off["oom_hybrid_state"] == "max_running_requests"
     assert plan["levers"]["oom_weights"] is None
-    assert F.mtp_tune_fit_ladder(None, 16, mrr_floor=32, allow_capped=True)["mrr_floor"] == 1
+    assert mtp_tune_fit_ladder(None, 16, mrr_floor=32, allow_capped=True)["mrr_floor"] == 1
     with pytest.raises(AnsibleFilterError):
-        F.mtp_tune_fit_ladder("lots")
+        mtp_tune_fit_ladder("lots")
     with pytest.raises(AnsibleFilterError, match="mtp_tune_fit_levers"):
-        F.mtp_tune_fit_ladder(levers={"oom_kv_cache": "mem_fraction"})
+        mtp_tune_fit_ladder(levers={"oom_kv_cache": "mem_fraction"})
 
 
 def _fit_run(plan, fits, cls="oom_kv_cache", steps=10):
-    cand = F.mtp_tune_candidates([steps])[0]
+    cand = mtp_tune_candidates([steps])[0]
     atts = []
     for _i in range(30):
-        nxt = F.mtp_tune_next(atts, [cand], "sweep", fit_retry=True, fit_ladder=plan)
+        nxt = mtp_tune_next(atts, [cand], plan, {"strategy": "sweep", "fit_retry": True})
         if nxt is None:
             return atts
         ov = nxt["overrides"] or {}
@@ -414,17 +426,17 @@ def _fit_run(plan, fits, cls="oom_kv_cache", steps=10):
 
 @pytest.mark.parametrize("largest", [1, 2, 17, 33, 46, 47])
 def test_fit_bisection_finds_the_largest_setting_within_log2_plus_one(largest):
-    plan = F.mtp_tune_fit_ladder(None, None, mrr_floor=1)
+    plan = mtp_tune_fit_ladder(None, None, mrr_floor=1)
     atts = _fit_run(plan, lambda mrr, bs: mrr <= largest)
     assert len(atts) <= math.ceil(math.log2(48)) + 1
     oks = [a for a in atts if a["status"] == "ok"]
     assert oks[-1]["overrides"]["max_running_requests"] == largest
     assert oks[-1]["overrides"]["cuda_graph_max_bs"] == min(48, largest)  # graphs clamped to it
-    assert F.mtp_tune_pick_best(atts, "latency")["winner"]["overrides"]["max_running_requests"] == largest
+    assert mtp_tune_pick_best(atts, {"objective": "latency"})["winner"]["overrides"]["max_running_requests"] == largest
 
 
 def test_fit_graph_failure_shrinks_graphs_not_running_requests():
-    plan = F.mtp_tune_fit_ladder(None, None, bs_floor=4, mrr_floor=32)
+    plan = mtp_tune_fit_ladder(None, None, bs_floor=4, mrr_floor=32)
     atts = _fit_run(plan, lambda mrr, bs: bs <= 20, cls="cuda_graph_capture")
     last = [a for a in atts if a["status"] == "ok"][-1]["overrides"]
     assert last["cuda_graph_max_bs"] == 20 and last["max_running_requests"] == 48
@@ -432,26 +444,26 @@ def test_fit_graph_failure_shrinks_graphs_not_running_requests():
 
 
 def test_fit_never_goes_below_the_judged_concurrency_unless_allowed():
-    plan = F.mtp_tune_fit_ladder(None, None, mrr_floor=32)
+    plan = mtp_tune_fit_ladder(None, None, mrr_floor=32)
     atts = _fit_run(plan, lambda mrr, bs: mrr <= 20)
     assert all(a["status"] == "failed" for a in atts)
     assert min(a["overrides"].get("max_running_requests") or 48 for a in atts) >= 32
-    capped = _fit_run(F.mtp_tune_fit_ladder(None, None, mrr_floor=32, allow_capped=True), lambda mrr, bs: mrr <= 20)
+    capped = _fit_run(mtp_tune_fit_ladder(None, None, mrr_floor=32, allow_capped=True), lambda mrr, bs: mrr <= 20)
     assert [a for a in capped if a["status"] == "ok"][-1]["overrides"]["max_running_requests"] == 20
 
 
 def test_fit_only_for_memory_classes_and_not_for_weights():
-    cands = F.mtp_tune_candidates([3])
-    plan = F.mtp_tune_fit_ladder(None, None)
+    cands = mtp_tune_candidates([3])
+    plan = mtp_tune_fit_ladder(None, None)
     for cls in ("bad_args", "oom_weights", "oom_hybrid_state"):
         atts = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": cls}]
-        assert F.mtp_tune_next(atts, cands, "sweep", fit_retry=True, fit_ladder=plan,
-                               fit_classes=["oom_kv_cache", "oom_weights", "oom_hybrid_state"]) is None
+        spec = {"strategy": "sweep", "fit_retry": True, "fit_classes": ["oom_kv_cache", "oom_weights", "oom_hybrid_state"]}
+        assert mtp_tune_next(atts, cands, plan, spec) is None
     oom = [{"key": "s3-k1-d4", "candidate": cands[0], "status": "failed", "failure_class": "oom_kv_cache"}]
-    nxt = F.mtp_tune_next(oom, cands, "sweep", fit_retry=True, fit_ladder=plan)
+    nxt = mtp_tune_next(oom, cands, plan, {"strategy": "sweep", "fit_retry": True})
     assert nxt["overrides"] == {"max_running_requests": 24, "cuda_graph_max_bs": 24}
     assert nxt["label"].startswith("steps=3 topk=1 draft=4 [cuda_graph_max_bs=24, max_running_requests=24] (fit max_running_requests=24")
-    assert F.mtp_tune_next(oom, cands, "sweep", fit_retry=False, fit_ladder=plan) is None
+    assert mtp_tune_next(oom, cands, plan, {"strategy": "sweep", "fit_retry": False}) is None
 
 
 # ---------------------------------------------------------------------------- search
@@ -475,17 +487,17 @@ def test_adaptive_picks_the_sweep_winner_with_fewer_launches(objective, winner):
 
 def _shape(values, steps=(1, 2, 3, 4, 5, 6, 8, 10), alpha=0.9, probe_ends="high"):
     table = dict(zip(steps, values))
-    cands = F.mtp_tune_candidates(list(steps))
+    cands = mtp_tune_candidates(list(steps))
     atts = []
     while True:
-        nxt = F.mtp_tune_next(atts, cands, "adaptive", probe_ends=probe_ends)
+        nxt = mtp_tune_next(atts, cands, spec={"strategy": "adaptive", "probe_ends": probe_ends})
         if nxt is None:
             break
         k = nxt["candidate"]["steps"]
         tau = (1 - alpha ** (k + 1)) / (1 - alpha)
         atts.append(dict(_att(k, {"1": {"decode_tps_per_request": {"mean": table[k]}, "accept_length": tau,
                                         "failed": 0}}), reason=nxt["reason"]))
-    return atts, F.mtp_tune_pick_best(atts, "latency")["winner"]["candidate"]["steps"]
+    return atts, mtp_tune_pick_best(atts, {"objective": "latency"})["winner"]["candidate"]["steps"]
 
 
 @pytest.mark.parametrize("name,values,best", [
@@ -556,15 +568,15 @@ def test_unverified_names_what_a_matching_landscape_could_make_win(values):
     way there), by what its bound says, and every one not listed cannot.  The noise (default
     1.5 %) only widens the bounds, so the list at the default noise holds at least those."""
     steps = [1, 2, 3, 4, 5, 6, 8, 10]
-    cands = F.mtp_tune_candidates(steps)
+    cands = mtp_tune_candidates(steps)
     atts, got = _shape(values)
     measured = set(a["candidate"]["steps"] for a in atts)
     assert len(measured) < len(steps)
     win = values[steps.index(got)]
-    exact = F.mtp_tune_unverified(atts, cands, "latency", noise=0.0)
+    exact = mtp_tune_unverified(atts, cands, {"objective": "latency", "noise": 0.0})
     assert exact, "an adaptive search that skipped candidates leaves some unverified"
     assert all(u["steps"] not in measured for u in exact)
-    default = F.mtp_tune_unverified(atts, cands, "latency")
+    default = mtp_tune_unverified(atts, cands, {"objective": "latency"})
     listed = set(u["key"] for u in default)
     assert set(u["key"] for u in exact) <= listed
     for u in default:
@@ -587,20 +599,20 @@ def test_unverified_names_what_a_matching_landscape_could_make_win(values):
 
 
 def test_unverified_is_empty_after_a_sweep_and_skips_what_cannot_fit():
-    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
     atts, _best = tune("sweep", "latency")
-    assert F.mtp_tune_unverified(atts, cands, "latency") == []
-    w = F.mtp_tune_winner(atts, "latency", candidates=cands)
+    assert mtp_tune_unverified(atts, cands, {"objective": "latency"}) == []
+    w = mtp_tune_winner(atts, {"objective": "latency"}, candidates=cands)
     assert w["unverified"] == []
-    assert "unverified" not in F.mtp_tune_winner(atts, "latency")
-    assert F.mtp_tune_unverified([], cands, "latency") == []
+    assert "unverified" not in mtp_tune_winner(atts, {"objective": "latency"})
+    assert mtp_tune_unverified([], cands, {"objective": "latency"}) == []
     # 8 failed on memory: 10 needs more, so it is no open question; 1 and 2 are (nothing cheaper measured)
     three = _att(3, {"1": {"decode_tps_per_request": {"mean": 234.0}, "accept_length": _chain(3, 0.8), "failed": 0}})
     eight = {"key": "s8-k1-d9", "candidate": cands[6], "status": "failed", "failure_class": "oom_kv_cache"}
-    listed = [u["steps"] for u in F.mtp_tune_unverified([three, eight], cands, "latency")]
+    listed = [u["steps"] for u in mtp_tune_unverified([three, eight], cands, {"objective": "latency"})]
     assert 10 not in listed and 8 not in listed and listed[:2] == [1, 2]
     # a verify round at 4 at least as long as at 3: 4 at most 234 x tau(4)/tau(3) (+ the noise)
-    four = [u for u in F.mtp_tune_unverified([three, eight], cands, "latency", noise=0.0) if u["steps"] == 4][0]
+    four = [u for u in mtp_tune_unverified([three, eight], cands, {"objective": "latency", "noise": 0.0}) if u["steps"] == 4][0]
     assert four["bound"] == pytest.approx(234.0 * _chain(4, 0.8) / _chain(3, 0.8), rel=1e-3)
 
 
@@ -614,10 +626,10 @@ def test_adaptive_jumps_where_the_model_predicts_a_gain():
 
 def test_adaptive_keeps_searching_after_a_small_gain():
     """A step up that gains less than the old min_gain no longer ends the search."""
-    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5])
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5])
     atts = [_att(3, {"1": {"decode_tps_per_request": {"mean": 90.0}, "failed": 0}}),
             _att(4, {"1": {"decode_tps_per_request": {"mean": 90.5}, "failed": 0}})]
-    assert F.mtp_tune_next(atts, cands, "adaptive") is not None
+    assert mtp_tune_next(atts, cands, spec={"strategy": "adaptive"}) is not None
 
 
 def test_adaptive_bounds_prune_what_cannot_win():
@@ -627,35 +639,35 @@ def test_adaptive_bounds_prune_what_cannot_win():
     assert got == 4 and len(atts) < 8
     assert atts[0]["reason"] == "adaptive: seed" and "dearest end" in atts[1]["reason"]
     with pytest.raises(AnsibleFilterError, match="mtp_tune_probe_ends"):
-        F.mtp_tune_next([], F.mtp_tune_candidates([3]), "adaptive", probe_ends="middle")
+        mtp_tune_next([], mtp_tune_candidates([3]), spec={"strategy": "adaptive", "probe_ends": "middle"})
 
 
 def test_adaptive_skips_candidates_a_cheaper_failure_proves_cannot_fit():
-    cands = F.mtp_tune_candidates([3, 8, 10])
+    cands = mtp_tune_candidates([3, 8, 10])
     # Hypothetical node where 8 already OOMs at every rung: 10 must not be launched.
     atts = [launch({"candidate": cands[0], "overrides": {}, "fit_rung": None}),
             {"key": "s8-k1-d9", "candidate": cands[1], "status": "failed", "failure_class": "oom_kv_cache"}]
     # 3 is the seed, 8 failed above it (so the climb would stop anyway); a climb from 8 itself:
-    assert F.mtp_tune_next(atts, cands, "adaptive", seed=3) is None
+    assert mtp_tune_next(atts, cands, spec={"strategy": "adaptive", "seed": 3}) is None
     atts2 = [{"key": "s8-k1-d9", "candidate": cands[1], "status": "failed", "failure_class": "oom_kv_cache"}]
-    nxt = F.mtp_tune_next(atts2, cands, "adaptive", seed=8)
+    nxt = mtp_tune_next(atts2, cands, spec={"strategy": "adaptive", "seed": 8})
     assert nxt["candidate"]["steps"] == 3  # walks down, never up into 10
-    assert F.mtp_tune_next(atts2, cands, "sweep", seed=8)["candidate"]["steps"] == 3
+    assert mtp_tune_next(atts2, cands, spec={"strategy": "sweep", "seed": 8})["candidate"]["steps"] == 3
 
 
 def test_adaptive_seed_failure_walks_down():
-    cands = F.mtp_tune_candidates([1, 2, 3, 4])
+    cands = mtp_tune_candidates([1, 2, 3, 4])
     atts = [{"key": "s3-k1-d4", "candidate": cands[2], "status": "failed", "failure_class": "oom_kv_cache"}]
-    assert F.mtp_tune_next(atts, cands, "adaptive")["candidate"]["steps"] == 2
+    assert mtp_tune_next(atts, cands, spec={"strategy": "adaptive"})["candidate"]["steps"] == 2
 
 
 def test_adaptive_seed_not_in_list_uses_nearest_and_max_launches_bounds():
-    cands = F.mtp_tune_candidates([2, 6, 10])
-    assert F.mtp_tune_next([], cands, "adaptive", seed=3)["candidate"]["steps"] == 2
+    cands = mtp_tune_candidates([2, 6, 10])
+    assert mtp_tune_next([], cands, spec={"strategy": "adaptive", "seed": 3})["candidate"]["steps"] == 2
     atts = [launch({"candidate": cands[0], "overrides": {}, "fit_rung": None})]
-    assert F.mtp_tune_next(atts, cands, "adaptive", max_launches=1) is None
+    assert mtp_tune_next(atts, cands, spec={"strategy": "adaptive", "max_launches": 1}) is None
     atts[0]["resumed"] = True  # resumed records are not launches of this run
-    assert F.mtp_tune_next(atts, cands, "adaptive", max_launches=1) is not None
+    assert mtp_tune_next(atts, cands, spec={"strategy": "adaptive", "max_launches": 1}) is not None
 
 
 def test_adaptive_slo_objective_matches_sweep():
@@ -680,33 +692,74 @@ def test_adaptive_agrees_with_sweep_under_noise():
     assert agree >= 38, agree
 
 
-def test_unknown_strategy_and_bad_min_gain():
-    cands = F.mtp_tune_candidates([3])
-    with pytest.raises(AnsibleFilterError, match="sweep or adaptive"):
-        F.mtp_tune_next([], cands, "random")
-    with pytest.raises(AnsibleFilterError, match="mtp_tune_min_gain"):
-        F.mtp_tune_next([], cands, "adaptive", min_gain="a lot")
+def test_unknown_strategy():
+    cands = mtp_tune_candidates([3])
+    with pytest.raises(AnsibleFilterError, match="mtp_tune_strategy must be one of sweep, adaptive, got 'random'"):
+        mtp_tune_next([], cands, spec={"strategy": "random"})
+
+
+# ---------------------------------------------------------------------------- the spec
+
+def test_spec_defaults_and_normalisation():
+    assert spec_from(None) == spec_from({}) == spec_from("") == TuneSpec(
+        objective="latency", level=None, levels=(), slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015,
+        strategy="adaptive", seed=3, probe_ends="high", fit_retry=False, fit_classes=None, max_launches=None,
+        remeasure_launches=0, noise_launches=0, verify_tolerance=0.05)
+    # what -e gives (strings) reads as what the inventory gives; null and empty take the default
+    spec = spec_from({"objective": "slo", "level": "8", "levels": ["32", 1, 8, 8], "slo_min_tps": "60",
+                      "slo_max_ttft_p99_ms": "1500.5", "noise": "0.02", "seed": None, "probe_ends": True,
+                      "fit_retry": "yes", "fit_classes": ["oom_kv_cache"], "max_launches": "", "noise_launches": 2.0})
+    assert (spec.level, spec.levels, spec.slo_min_tps, spec.slo_max_ttft_p99_ms) == (8, (1, 8, 32), 60, 1500.5)
+    assert (spec.noise, spec.seed, spec.probe_ends, spec.fit_retry) == (0.02, 3, "both", True)
+    assert (spec.fit_classes, spec.max_launches, spec.noise_launches) == (("oom_kv_cache",), None, 2)
+    assert spec_from({"probe_ends": False}).probe_ends == "none"
+    assert spec_from(spec) is spec and spec.replace(level=1).level == 1 and spec.level == 8
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"objective": "fastest"}, "mtp_tune_objective must be one of latency, throughput, slo"),
+    ({"strategy": "random"}, "mtp_tune_strategy"),
+    ({"probe_ends": "middle"}, "mtp_tune_probe_ends must be one of both, high, low, none"),
+    ({"level": "one"}, "mtp_tune_level must be an integer"),
+    ({"levels": "1,4"}, "mtp_tune_concurrency must be a list"),
+    ({"levels": [1, "x"]}, "mtp_tune_concurrency item must be an integer"),
+    ({"slo_min_tps": "fast"}, "mtp_tune_slo_min_tps must be a number"),
+    ({"noise": -0.1}, "mtp_tune_noise must be >= 0"),
+    ({"verify_tolerance": "tight"}, "mtp_tune_verify_tolerance must be a number"),
+    ({"seed": 2.5}, "mtp_tune_seed must be an integer"),
+    ({"fit_retry": "maybe"}, "mtp_tune_fit_retry must be true or false"),
+    ({"fit_classes": "oom_kv_cache"}, "mtp_tune_fit_classes must be a list"),
+    ({"max_launches": True}, "mtp_tune_max_launches must be an integer"),
+    ({"min_gain": 0.03}, "the tuning spec has no key min_gain; its keys are objective, level"),
+    (["latency"], "the tuning spec must be a dict"),
+])
+def test_spec_refuses_bad_input_naming_the_variable(bad, match):
+    with pytest.raises(AnsibleFilterError, match=match):
+        spec_from(bad)
+    # every filter that takes the spec checks it the same way, before deciding anything
+    with pytest.raises(AnsibleFilterError, match=match):
+        mtp_tune_next([], mtp_tune_candidates([3]), None, bad)
 
 
 # ---------------------------------------------------------------------------- resume
 
 def test_resume_keeps_decided_candidates_and_remeasures_missing_levels():
-    cands = F.mtp_tune_candidates([3, 4, 10])
+    cands = mtp_tune_candidates([3, 4, 10])
     atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None}) for c in cands]
     assert [a["status"] for a in atts] == ["ok", "ok", "failed"]
-    assert F.mtp_tune_measured(atts, cands, LEVELS) == ["s3-k1-d4", "s4-k1-d5", "s10-k1-d11"]
+    assert mtp_tune_measured(atts, cands, LEVELS) == ["s3-k1-d4", "s4-k1-d5", "s10-k1-d11"]
     del atts[1]["metrics"]["32"]
-    assert F.mtp_tune_measured(atts, cands, LEVELS) == ["s3-k1-d4", "s10-k1-d11"]
-    kept = F.mtp_tune_resume({"attempts": atts}, cands, LEVELS)
+    assert mtp_tune_measured(atts, cands, LEVELS) == ["s3-k1-d4", "s10-k1-d11"]
+    kept = mtp_tune_resume({"attempts": atts}, cands, LEVELS)
     assert [a["key"] for a in kept] == ["s3-k1-d4", "s10-k1-d11"] and all(a["resumed"] for a in kept)
     assert "resumed" not in atts[0]  # the loaded data is not mutated
-    assert F.mtp_tune_resume({"attempts": atts}, cands, LEVELS, force=True) == []
+    assert mtp_tune_resume({"attempts": atts}, cands, LEVELS, force=True) == []
     # a candidate no longer in the list is not resumed
-    assert [a["key"] for a in F.mtp_tune_resume({"attempts": atts}, cands[:1], LEVELS)] == ["s3-k1-d4"]
+    assert [a["key"] for a in mtp_tune_resume({"attempts": atts}, cands[:1], LEVELS)] == ["s3-k1-d4"]
     with pytest.raises(AnsibleFilterError, match="mtp_tune_force"):
-        F.mtp_tune_resume({"attempts": "garbage"}, cands, LEVELS)
+        mtp_tune_resume({"attempts": "garbage"}, cands, LEVELS)
     # the search after a resume does not relaunch what is measured
-    nxt = F.mtp_tune_next(kept, cands, "sweep")
+    nxt = mtp_tune_next(kept, cands, spec={"strategy": "sweep"})
     assert nxt["candidate"]["key"] == "s4-k1-d5"
 
 
@@ -714,31 +767,34 @@ def test_resume_keeps_decided_candidates_and_remeasures_missing_levels():
 
 def test_verify_within_and_outside_noise():
     tuned = {"value": 277.0, "low": 271.5, "high": 282.5}
-    ok = F.mtp_tune_verify({"decode_tps_per_request": {"mean": 270.0}, "failed": 0}, tuned, "latency")
+    ok = mtp_tune_verify({"decode_tps_per_request": {"mean": 270.0}, "failed": 0}, tuned, {"objective": "latency"})
     assert ok["ok"] and ok["delta"] == pytest.approx(270.0 / 277.0 - 1)
-    bad = F.mtp_tune_verify({"decode_tps_per_request": {"mean": 240.0}}, tuned, "latency")
+    bad = mtp_tune_verify({"decode_tps_per_request": {"mean": 240.0}}, tuned, {"objective": "latency"})
     assert not bad["ok"] and "below the tuned figure" in bad["reason"]
-    thr = F.mtp_tune_verify({"output_throughput": 1960.0}, {"value": 1979.0, "low": 1939.0}, "throughput")
+    thr = mtp_tune_verify({"output_throughput": 1960.0}, {"value": 1979.0, "low": 1939.0}, {"objective": "throughput"})
     assert thr["ok"]
-    assert not F.mtp_tune_verify({}, tuned, "latency")["ok"]
-    assert not F.mtp_tune_verify({"output_throughput": 1.0}, None, "throughput")["ok"]
+    assert not mtp_tune_verify({}, tuned, {"objective": "latency"})["ok"]
+    assert not mtp_tune_verify({"output_throughput": 1.0}, None, {"objective": "throughput"})["ok"]
 
 
 def test_progress_line_names_candidate_outcome_and_best_so_far():
-    cands = F.mtp_tune_candidates([3, 10])
+    cands = mtp_tune_candidates([3, 10])
     atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None}) for c in cands]
-    line = F.mtp_tune_progress(atts[0], atts[:1], "latency")
+    line = mtp_tune_progress(atts[0], atts[:1], {"objective": "latency"})
     assert line.startswith("steps=3 topk=1 draft=4: ok") and "C1 234/" in line
     assert "best so far: s3-k1-d4 (latency 234.0 at C=1)" in line
-    line = F.mtp_tune_progress(atts[1], atts, "latency")
+    line = mtp_tune_progress(atts[1], atts, {"objective": "latency"})
     assert "FAILED (oom_kv_cache)" in line and "best so far: s3-k1-d4" in line
 
 
 def test_filters_are_registered():
-    names = F.FilterModule().filters()
-    for n in ("mtp_tune_candidates", "mtp_tune_score", "mtp_tune_pick_best", "mtp_tune_next",
-              "mtp_tune_fit_ladder", "mtp_tune_resume", "mtp_tune_verify", "mtp_tune_unverified"):
+    names = filters.FilterModule().filters()
+    for n in ("mtp_tune_candidates", "mtp_tune_next", "mtp_tune_complete", "mtp_tune_winner",
+              "mtp_tune_fit_ladder", "mtp_tune_verify", "mtp_tune_progress", "mtp_tune_attempt"):
         assert callable(names[n])
+    # the library's inner decisions are not filters: no role asks for them
+    for n in ("mtp_tune_score", "mtp_tune_rank", "mtp_tune_pick_best", "mtp_tune_unverified", "mtp_tune_resume"):
+        assert n not in names
 
 
 # ---------------------------------------------------------------------------- the simulator's own model
@@ -761,10 +817,10 @@ def _sim_tune(strategy, objective, perf, rng=None):
                            "accept_length": acc, "failed": 0, "ci": None}
         return out
 
-    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
     attempts = []
     while True:
-        nxt = F.mtp_tune_next(attempts, cands, strategy, 0.03, objective)
+        nxt = mtp_tune_next(attempts, cands, spec={"strategy": strategy, "objective": objective})
         if nxt is None:
             break
         cand = nxt["candidate"]
@@ -773,7 +829,7 @@ def _sim_tune(strategy, objective, perf, rng=None):
                              "failure_class": "oom_kv_cache"})
         else:
             attempts.append({"key": cand["key"], "candidate": cand, "status": "ok", "metrics": sim_bench(cand)})
-    return attempts, F.mtp_tune_pick_best(attempts, objective)
+    return attempts, mtp_tune_pick_best(attempts, {"objective": objective})
 
 
 @pytest.mark.parametrize("objective,winner", [("latency", "s4-k1-d5"), ("throughput", "s3-k1-d4")])
@@ -818,40 +874,40 @@ def test_sim_default_profile_with_its_noise_adaptive_agrees_with_sweep():
 
 
 def test_capped_server_below_the_benchmarked_concurrency_is_named_unless_allowed():
-    plan = F.mtp_tune_fit_ladder(None, None, mrr_floor=32)
-    assert F.mtp_tune_capped({"effective_max_running_requests": 16}, plan, [1, 32]) == 16
-    assert F.mtp_tune_capped({"effective_max_running_requests": 32}, plan, [1, 32]) is None
-    assert F.mtp_tune_capped({}, plan, [1, 32]) is None  # an older server that does not say
-    allowed = F.mtp_tune_fit_ladder(None, None, mrr_floor=32, allow_capped=True)
-    assert F.mtp_tune_capped({"effective_max_running_requests": 16}, allowed, [1, 32]) is None
+    plan = mtp_tune_fit_ladder(None, None, mrr_floor=32)
+    assert mtp_tune_capped({"effective_max_running_requests": 16}, plan, [1, 32]) == 16
+    assert mtp_tune_capped({"effective_max_running_requests": 32}, plan, [1, 32]) is None
+    assert mtp_tune_capped({}, plan, [1, 32]) is None  # an older server that does not say
+    allowed = mtp_tune_fit_ladder(None, None, mrr_floor=32, allow_capped=True)
+    assert mtp_tune_capped({"effective_max_running_requests": 16}, allowed, [1, 32]) is None
     # a capped candidate is recorded as failed 'capped': dearer drafts of its lane are not launched
-    cands = F.mtp_tune_candidates([3, 4, 5])
+    cands = mtp_tune_candidates([3, 4, 5])
     atts = [{"key": "s4-k1-d5", "candidate": cands[1], "status": "failed", "failure_class": "capped"},
             _att(3, {"1": {"decode_tps_per_request": {"mean": 100.0}, "failed": 0}})]
-    assert F.mtp_tune_next(atts, cands, "adaptive", seed=4) is None
+    assert mtp_tune_next(atts, cands, spec={"strategy": "adaptive", "seed": 4}) is None
 
 
 @pytest.mark.parametrize("strategy", ["sweep", "adaptive"])
 def test_noise_launches_relaunch_the_first_setting_before_the_search_goes_on(strategy):
-    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5])
-    first = F.mtp_tune_next([], cands, strategy, noise_launches=2)
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5])
+    first = mtp_tune_next([], cands, spec={"strategy": strategy, "noise_launches": 2})
     assert first["reason"] in ("sweep", "adaptive: seed")
     atts = [dict(_tps(first["candidate"]["steps"], 100.0), reason=first["reason"])]
     for n, value in ((1, 80.0), (2, 90.0)):
-        nxt = F.mtp_tune_next(atts, cands, strategy, noise_launches=2)
+        nxt = mtp_tune_next(atts, cands, spec={"strategy": strategy, "noise_launches": 2})
         assert nxt["reason"].startswith("noise %d/2: %s again" % (n, first["candidate"]["key"]))
         assert nxt["candidate"] == first["candidate"] and nxt["overrides"] == {}
         atts.append(dict(_tps(first["candidate"]["steps"], value), reason=nxt["reason"]))
-    after = F.mtp_tune_next(atts, cands, strategy, noise_launches=2)
+    after = mtp_tune_next(atts, cands, spec={"strategy": strategy, "noise_launches": 2})
     assert not after["reason"].startswith("noise")
     # the three launches now set the noise every later decision uses
-    assert F.mtp_tune_node_noise(atts)["measured"] == pytest.approx(1 / 9.0)  # 100, 80, 90: +-10 of 90
+    assert mtp_tune_node_noise(atts)["measured"] == pytest.approx(1 / 9.0)  # 100, 80, 90: +-10 of 90
     # without the option, or before anything measured, nothing is relaunched
-    assert not F.mtp_tune_next(atts[:1], cands, strategy)["reason"].startswith("noise")
+    assert not mtp_tune_next(atts[:1], cands, spec={"strategy": strategy})["reason"].startswith("noise")
     failed = [dict(atts[0], status="failed", failure_class="cuda_oom")]
-    assert not (F.mtp_tune_next(failed, cands, strategy, noise_launches=2) or {}).get("reason", "").startswith("noise")
+    assert not (mtp_tune_next(failed, cands, spec={"strategy": strategy, "noise_launches": 2}) or {}).get("reason", "").startswith("noise")
     with pytest.raises(Exception, match="mtp_tune_noise_launches"):
-        F.mtp_tune_next(atts[:1], cands, strategy, noise_launches="lots")
+        mtp_tune_next(atts[:1], cands, spec={"strategy": strategy, "noise_launches": "lots"})
 
 
 def test_launches_histograms_cap_other_depths_accept_lengths_soundly_on_the_real_sweep():
@@ -869,13 +925,13 @@ def test_launches_histograms_cap_other_depths_accept_lengths_soundly_on_the_real
     for a in by.values():  # the bounds today's sglang_bench returns beside the histogram
         lv = a["metrics"]["1"]
         lv["accept_length_bounds_by_depth"] = bm.accept_length_bounds_by_depth(lv["accept_histogram"], lv["completed"])
-    cands = F.mtp_tune_candidates(list(range(1, 9)))
+    cands = mtp_tune_candidates(list(range(1, 9)))
     checked = tighter = deeper_checked = chain_unsound = 0
     for n in (1, 2, 3):
         for launched in itertools.combinations(range(2, 9), n):
-            states = F._state([by[k] for k in launched], None, F._fit_classes(None))
-            lane = F._Lane(cands, states, "latency", 1, 0.015, None)
-            plain = F._Lane(cands, states, "latency", 1, 0.015, None)
+            states = candidate_states([by[k] for k in launched], None, fit_classes_of(None))
+            lane = Lane(cands, states, {"objective": "latency", "level": 1, "noise": 0.015})
+            plain = Lane(cands, states, {"objective": "latency", "level": 1, "noise": 0.015})
             plain.tau_cap = {}
             for x in range(1, 9):
                 if x in launched:
@@ -906,15 +962,16 @@ def tune_judged(objective, levels, steps=(1, 2, 3, 4, 5, 6, 8, 10), level=None, 
                 cv=0.0, strategy="adaptive", **kw):
     """The role's loop with mtp_tune_search_levels=judged: the search's launches benchmark the
     plan's search levels, then mtp_tune_complete relaunches contenders at every level."""
-    plan = F.mtp_tune_levels(list(levels), objective, level)
-    cands = F.mtp_tune_candidates(list(steps))
+    plan = mtp_tune_levels(list(levels), objective, level)
+    cands = mtp_tune_candidates(list(steps))
+    # one spec for every decision, as the role's _mtp_tune_spec
+    spec = dict(kw, objective=objective, level=plan["level"], levels=plan["levels"], strategy=strategy, seed=3,
+                max_launches=max_launches)
     attempts = []
     for _round in range(60):
-        nxt = F.mtp_tune_next(attempts, cands, strategy, 0.03, objective, plan["level"], seed=3,
-                              max_launches=max_launches, **kw)
+        nxt = mtp_tune_next(attempts, cands, spec=spec)
         if nxt is None and plan["search"] != plan["levels"]:
-            nxt = F.mtp_tune_complete(attempts, plan["levels"], objective, plan["level"], kw.get("slo_min_tps"),
-                                      kw.get("slo_max_ttft_p99_ms"), kw.get("noise", 0.015), max_launches)
+            nxt = mtp_tune_complete(attempts, spec)
         if nxt is None:
             break
         att = launch(nxt, rng, cv)
@@ -924,8 +981,7 @@ def tune_judged(objective, levels, steps=(1, 2, 3, 4, 5, 6, 8, 10), level=None, 
         attempts.append(att)
     else:
         pytest.fail("search did not terminate")
-    best = F.mtp_tune_pick_best(attempts, objective, plan["level"], kw.get("slo_min_tps"),
-                                kw.get("slo_max_ttft_p99_ms"), kw.get("noise", 0.015))
+    best = mtp_tune_pick_best(attempts, spec)
     return plan, attempts, best
 
 
@@ -940,7 +996,7 @@ def test_judged_search_finds_the_all_level_winner_and_completes_its_table(object
     full_attempts, full_best = tune(strategy, objective, steps=kw["steps"], level=plan["level"])
     searched = [a for a in attempts if not a["reason"].startswith("levels ")]
     assert [a["key"] for a in searched] == [a["key"] for a in full_attempts]
-    searched_winner = F.mtp_tune_pick_best(searched, objective, plan["level"])["winner"]["key"]
+    searched_winner = mtp_tune_pick_best(searched, {"objective": objective, "level": plan["level"]})["winner"]["key"]
     assert searched_winner == full_best["winner"]["key"]
     # the completing launches are measurements too: two launches narrow a contender's band, so a
     # tie of the search may be decided by them (the final winner has its table all the same)
@@ -960,40 +1016,40 @@ def test_judged_search_finds_the_all_level_winner_and_completes_its_table(object
 
 
 def test_complete_stops_at_the_launch_budget_and_never_repeats_a_failed_completion():
-    cands = F.mtp_tune_candidates([3, 4])
+    cands = mtp_tune_candidates([3, 4])
     a3 = launch({"candidate": cands[0], "overrides": {}, "fit_rung": None})
     a4 = launch({"candidate": cands[1], "overrides": {}, "fit_rung": None})
     for a in (a3, a4):
         a["metrics"] = _only(a["metrics"], (1,))
-    nxt = F.mtp_tune_complete([a3, a4], [1, 4, 16], "latency", 1)
+    nxt = mtp_tune_complete([a3, a4], {"levels": [1, 4, 16], "objective": "latency", "level": 1})
     assert nxt["candidate"]["key"] == "s4-k1-d5" and nxt["levels"] == [1, 4, 16]
     assert nxt["reason"].startswith("levels C=1,4,16: s4-k1-d5, the winner") and "(levels C=1,4,16" in nxt["label"]
-    assert F.mtp_tune_complete([a3, a4], [1, 4, 16], "latency", 1, max_launches=2) is None
+    assert mtp_tune_complete([a3, a4], {"levels": [1, 4, 16], "objective": "latency", "level": 1, "max_launches": 2}) is None
     failed = {"key": "s4-k1-d5", "candidate": cands[1], "overrides": {}, "status": "failed",
               "failure_class": "crash", "reason": nxt["reason"]}
-    assert F.mtp_tune_complete([a3, a4, failed], [1, 4, 16], "latency", 1) is None
+    assert mtp_tune_complete([a3, a4, failed], {"levels": [1, 4, 16], "objective": "latency", "level": 1}) is None
     # already measured at every level (a search at every level, or a resumed table): nothing to complete
     b4 = launch({"candidate": cands[1], "overrides": {}, "fit_rung": None})
-    assert F.mtp_tune_complete([a3, b4], [1, 4, 16, 32], "latency", 1) is None
+    assert mtp_tune_complete([a3, b4], {"levels": [1, 4, 16, 32], "objective": "latency", "level": 1}) is None
     # nothing measured yet, or nothing to complete
-    assert F.mtp_tune_complete([], [1, 4], "latency", 1) is None
-    assert F.mtp_tune_complete([a3, a4], [], "latency", 1) is None
+    assert mtp_tune_complete([], {"levels": [1, 4], "objective": "latency", "level": 1}) is None
+    assert mtp_tune_complete([a3, a4], {"levels": [], "objective": "latency", "level": 1}) is None
 
 
 def test_complete_measures_the_tied_contenders_after_the_winner():
-    cands = F.mtp_tune_candidates([4, 5])
+    cands = mtp_tune_candidates([4, 5])
     a4 = launch({"candidate": cands[0], "overrides": {}, "fit_rung": None})
     a5 = launch({"candidate": cands[1], "overrides": {}, "fit_rung": None})
     for a in (a4, a5):
         a["metrics"] = _only(a["metrics"], (1,))
     # steps 4 and 5 are 1.8 % apart at C=1: a tie at the default band, the cheaper 4 wins
-    first = F.mtp_tune_complete([a4, a5], [1, 16], "latency", 1)
+    first = mtp_tune_complete([a4, a5], {"levels": [1, 16], "objective": "latency", "level": 1})
     assert first["candidate"]["key"] == "s4-k1-d5" and "the winner" in first["reason"]
     done4 = dict(launch(first), reason=first["reason"])
-    second = F.mtp_tune_complete([a4, a5, done4], [1, 16], "latency", 1)
+    second = mtp_tune_complete([a4, a5, done4], {"levels": [1, 16], "objective": "latency", "level": 1})
     assert second["candidate"]["key"] == "s5-k1-d6" and "tied with the winner" in second["reason"]
     done5 = dict(launch(second), reason=second["reason"])
-    assert F.mtp_tune_complete([a4, a5, done4, done5], [1, 16], "latency", 1) is None
+    assert mtp_tune_complete([a4, a5, done4, done5], {"levels": [1, 16], "objective": "latency", "level": 1}) is None
 
 
 def test_judged_search_under_noise_stays_bounded_and_completes_the_final_winner():
@@ -1020,10 +1076,10 @@ def test_winner_keeps_open_only_what_the_model_leaves_open():
     """Round times 10, 11, 13, 16 ms at steps 3, 4, 6, 8 (each extra draft token dearer): with the
     convexity, steps 1 and 2 cannot beat the winner; without it nothing cheaper than steps 3 was
     measured, so they would stay open. They move from ``unverified`` to ``model_rules_out``."""
-    cands = F.mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8])
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8])
     atts = _rounds({3: 10.0, 4: 11.0, 6: 13.0, 8: 16.0})
-    rows = F.mtp_tune_unverified(atts, cands, "latency")
-    w = F.mtp_tune_winner(atts, "latency", candidates=cands)
+    rows = mtp_tune_unverified(atts, cands, {"objective": "latency"})
+    w = mtp_tune_winner(atts, {"objective": "latency"}, candidates=cands)
     assert [u["key"] for u in w["unverified"]] == [u["key"] for u in rows if not u["convex_rules_out"]]
     assert [u["key"] for u in w["model_rules_out"]] == [u["key"] for u in rows if u["convex_rules_out"]]
     assert {"s1-k1-d2", "s2-k1-d3"} <= set(u["key"] for u in w["model_rules_out"])
@@ -1032,25 +1088,25 @@ def test_winner_keeps_open_only_what_the_model_leaves_open():
 
 
 def test_model_check_names_a_bend_and_a_round_that_got_faster():
-    cands = F.mtp_tune_candidates([2, 3, 4, 6, 8])
+    cands = mtp_tune_candidates([2, 3, 4, 6, 8])
     # steps 3 -> 4 costs 4 ms, 4 -> 6 only 1 ms per token: a bend the model forbids
-    bent = F.mtp_tune_model_check(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), cands, "latency", 1)
+    bent = mtp_tune_model_check(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), cands, {"objective": "latency", "level": 1})
     assert not bent["holds"] and len(bent["broken"]) == 1
     assert "topk 1 at C=1: an extra draft token cost less than the one before (draft tokens 4, 5, 7)" in bent["broken"][0]
-    faster = F.mtp_tune_model_check(_rounds({3: 10.0, 6: 8.0}), cands, "latency", 1)
+    faster = mtp_tune_model_check(_rounds({3: 10.0, 6: 8.0}), cands, {"objective": "latency", "level": 1})
     assert not faster["holds"] and "got faster with more draft tokens" in faster["broken"][0]
     # within the noise band, or with one point per lane, nothing is broken
-    assert F.mtp_tune_model_check(_rounds({3: 10.0, 4: 10.1, 6: 10.2}), cands, "latency", 1)["holds"]
-    assert F.mtp_tune_model_check(_rounds({3: 10.0}), cands, "latency", 1)["holds"]
+    assert mtp_tune_model_check(_rounds({3: 10.0, 4: 10.1, 6: 10.2}), cands, {"objective": "latency", "level": 1})["holds"]
+    assert mtp_tune_model_check(_rounds({3: 10.0}), cands, {"objective": "latency", "level": 1})["holds"]
     # where the bend broke it, the winner keeps the candidates only convexity would have ruled out
-    w = F.mtp_tune_winner(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), "latency", candidates=cands)
+    w = mtp_tune_winner(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), {"objective": "latency"}, candidates=cands)
     assert not w["model"]["holds"] and all(not u["convex_rules_out"] for u in w["unverified"])
 
 
 # ---------------------------------------------------------------------------- the attempt record
 
 def _launch(**kw):
-    nxt = {"candidate": F.mtp_tune_candidates([4])[0], "overrides": {}, "fit_rung": None, "reason": "sweep"}
+    nxt = {"candidate": mtp_tune_candidates([4])[0], "overrides": {}, "fit_rung": None, "reason": "sweep"}
     out = {"next": nxt, "run": "R", "workload": {"levels": [1]}, "ready": True, "cap": None, "judged_floor": 4,
            "started": "2026-12-04T21:00:00Z", "launch_s": "12.5", "wall_s": 40.0,
            "wait": {"ready": True, "seconds": 11.0},
@@ -1062,7 +1118,7 @@ def _launch(**kw):
 
 
 def test_attempt_record_of_a_measured_launch():
-    att = F.mtp_tune_attempt(_launch())
+    att = mtp_tune_attempt(_launch())
     assert att["key"] == "s4-k1-d5" and att["status"] == "ok" and att["failure_class"] is None
     assert att["metrics"] == {"1": {"concurrency": 1, "completed": 10}} and att["bench_warnings"] == ["w"]
     assert att["timings"] == {"started": "2026-12-04T21:00:00Z", "launch_s": 12.5, "wait_s": 11.0, "bench_s": 20.0,
@@ -1072,20 +1128,20 @@ def test_attempt_record_of_a_measured_launch():
 
 
 def test_attempt_record_of_each_failure():
-    down = F.mtp_tune_attempt(_launch(ready=False, bench={"skipped": True},
-                                      wait={"ready": False, "failure_class": "oom_kv_cache", "failure_line": "L",
-                                            "hint": "H", "journal_tail": ["a", "b"]}))
+    down = mtp_tune_attempt(_launch(ready=False, bench={"skipped": True},
+                                    wait={"ready": False, "failure_class": "oom_kv_cache", "failure_line": "L",
+                                          "hint": "H", "journal_tail": ["a", "b"]}))
     assert (down["status"], down["failure_class"], down["failure_line"], down["hint"]) == ("failed", "oom_kv_cache", "L", "H")
     assert down["journal_tail"] == ["a", "b"] and down["metrics"] == {}
     # a wait that names no class, or never ran
-    assert F.mtp_tune_attempt(_launch(ready="False", wait={}, bench={}))["failure_class"] == "unknown"
-    capped = F.mtp_tune_attempt(_launch(cap=3))
+    assert mtp_tune_attempt(_launch(ready="False", wait={}, bench={}))["failure_class"] == "unknown"
+    capped = mtp_tune_attempt(_launch(cap=3))
     assert capped["failure_class"] == "capped" and "capped max_running_requests to 3, below the floor of 4" in \
         capped["failure_line"]
     # a benchmark that failed keeps the levels it finished
-    half = F.mtp_tune_attempt(_launch(bench={"failed": True, "msg": "server lost", "levels": [
+    half = mtp_tune_attempt(_launch(bench={"failed": True, "msg": "server lost", "levels": [
         {"concurrency": 1, "completed": 10}, {"concurrency": 8, "completed": 0}]}))
     assert half["failure_class"] == "bench_failed" and half["failure_line"] == "server lost"
     assert sorted(half["metrics"]) == ["1", "8"] and half["journal_tail"] == []
     with pytest.raises(AnsibleFilterError, match="mtp_tune_attempt needs a dict"):
-        F.mtp_tune_attempt({"ready": True})
+        mtp_tune_attempt({"ready": True})

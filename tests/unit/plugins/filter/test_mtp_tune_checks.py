@@ -51,7 +51,7 @@ def test_fit_retry_is_advised_only_for_memory_failures():
 
 
 def test_memory_failures_with_the_fit_search_on_name_other_levers():
-    hint = f.mtp_tune_no_winner_hint([_failed("cuda_oom")], fit_retry=True)
+    hint = f.mtp_tune_no_winner_hint([_failed("cuda_oom")], {"fit_retry": True})
     assert "fit_retry=true" not in hint and "mtp_tune_fit_bs_floor" in hint
 
 
@@ -61,12 +61,12 @@ def test_missing_model_gets_the_journal_hint():
 
 
 def test_impossible_slo_names_the_limits_not_memory():
-    hint = f.mtp_tune_no_winner_hint([_ok("s1"), _ok("s3")], "slo", slo_min_tps=9000, slo_max_ttft_p99_ms=1)
+    hint = f.mtp_tune_no_winner_hint([_ok("s1"), _ok("s3")], {"objective": "slo", "slo_min_tps": 9000, "slo_max_ttft_p99_ms": 1})
     assert "none met the SLO" in hint and "mtp_tune_slo_min_tps=9000" in hint
     assert "mtp_tune_slo_max_ttft_p99_ms=1" in hint and "fit_retry" not in hint
 
 
 def test_mixed_reasons_are_all_named_and_nothing_measured_is_said():
-    hint = f.mtp_tune_no_winner_hint([_ok(), _failed("oom_kv_cache")], "slo", slo_min_tps=500)
+    hint = f.mtp_tune_no_winner_hint([_ok(), _failed("oom_kv_cache")], {"objective": "slo", "slo_min_tps": 500})
     assert "oom_kv_cache" in hint and "none met the SLO" in hint
     assert "No candidate was measured" in f.mtp_tune_no_winner_hint([])

@@ -418,15 +418,16 @@ def test_summary_compares_runs_of_the_same_host(tmp_path):
 
 
 def test_summary_says_whether_the_noise_was_measured_or_assumed():
-    from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as F
+    from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import mtp_tune_node_noise
+    from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates
     d = doc()
     assert "- Noise:" not in R.render_summary(R.finalize(d))  # a results file from before the field
-    d["winner"]["noise"] = F.mtp_tune_node_noise([])
+    d["winner"]["noise"] = mtp_tune_node_noise([])
     md = R.render_summary(R.finalize(d))
     assert "- Noise: assumed: no setting was launched twice on this node (mtp_tune_noise 1.5%); the tie bands use +/-1.5 %" in md
-    att = {"key": "s3-k1-d4", "candidate": F.mtp_tune_candidates([3])[0], "status": "ok"}
+    att = {"key": "s3-k1-d4", "candidate": mtp_tune_candidates([3])[0], "status": "ok"}
     twice = [dict(att, metrics={"1": {"decode_tps_per_request": {"mean": v}, "failed": 0}}) for v in (100.0, 80.0)]
-    d["winner"]["noise"] = F.mtp_tune_node_noise(twice)
+    d["winner"]["noise"] = mtp_tune_node_noise(twice)
     md = R.render_summary(R.finalize(d))
     assert "- Noise: measured: 16% between launches of one setting (1 degree of freedom), above mtp_tune_noise 1.5%; " \
            "the tie bands use +/-16 %" in md

@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+# Copyright: blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The record of one launch as results.json keeps it (mtp_tune_attempt): the one place its shape
+is written.  Controller-side library of plugins/filter/mtp_tune.py."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError
+
+
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return bool(value)
+
+
+def mtp_tune_attempt(launch):
+    """The record of one launch as results.json keeps it: the one place its shape is written.
+
+    ``launch`` holds what the role knows after a candidate: ``next`` (mtp_tune_next's or
+    mtp_tune_complete's choice), ``run`` (the run id), ``workload`` (the fingerprint), ``ready``
+    (the unit came up), ``wait`` (sglang_service_wait's result, {} when it did not run), ``bench``
+    (sglang_bench's result, {} or skipped when the unit never came up), ``cap`` (mtp_tune_capped),
+    ``judged_floor`` (the fit ladder's), ``started`` (ISO time), ``launch_s`` and ``wall_s``.
+
+    ``status`` is ok when the unit came up, the benchmark ran and SGLang did not cap the running
+    requests below the judged floor; otherwise ``failure_class`` says which: the service wait's
+    class (``unknown`` when it had none), ``capped`` or ``bench_failed``, and ``failure_line``
+    the line that says it. ``metrics`` maps each concurrency level (a string) to its figures:
+    every level on success, and on a failed benchmark the levels it did finish.
+    """
+    if not isinstance(launch, dict) or not isinstance(launch.get("next"), dict):
+        raise AnsibleFilterError("mtp_tune_attempt needs a dict with the launch's 'next' choice, got %r" % (launch,))
+    nxt = launch["next"]
+    wait = launch.get("wait") if isinstance(launch.get("wait"), dict) else {}
+    bench = launch.get("bench") if isinstance(launch.get("bench"), dict) else {}
+    ready = _truthy(launch.get("ready"))
+    cap = launch.get("cap")
+    if cap in ("", "None"):
+        cap = None
+    ok = ready and not _truthy(bench.get("failed", True)) and cap is None
+    if ok:
+        failure_class = failure_line = None
+    elif not ready:
+        failure_class, failure_line = wait.get("failure_class") or "unknown", wait.get("failure_line")
+    elif cap is not None:
+        failure_class = "capped"
+        failure_line = ("SGLang capped max_running_requests to %s, below the floor of %s (the judged concurrency or "
+                        "mtp_tune_fit_mrr_floor; mtp_tune_fit_allow_capped=true accepts it)"
+                        % (cap, launch.get("judged_floor")))
+    else:
+        failure_class, failure_line = "bench_failed", bench.get("msg")
+    levels = bench.get("levels") or []
+    metrics = (bench.get("by_concurrency") if ok else
+               dict((str(lv.get("concurrency")), lv) for lv in levels if isinstance(lv, dict)))
+    launch_s = _num(launch.get("launch_s"))
+    return {"key": nxt["candidate"]["key"], "candidate": nxt["candidate"], "overrides": nxt.get("overrides") or {},
+            "fit_rung": nxt.get("fit_rung"), "reason": nxt.get("reason"), "run": launch.get("run"),
+            "workload": launch.get("workload"), "status": "ok" if ok else "failed",
+            "failure_class": failure_class, "failure_line": failure_line,
+            "hint": None if ready else wait.get("hint"),
+            "journal_tail": [] if ready else (wait.get("journal_tail") or []),
+            "metrics": metrics or {}, "bench_warnings": bench.get("bench_warnings") or [],
+            "server": bench.get("server"),
+            "timings": {"started": launch.get("started"), "launch_s": launch_s, "wait_s": wait.get("seconds"),
+                        "bench_s": bench.get("duration_s"), "wall_s": _num(launch.get("wall_s"))}}

@@ -1,0 +1,529 @@
+# -*- coding: utf-8 -*-
+# Copyright: blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The search: which launch comes next (mtp_tune_next: the sweep, or the adaptive search over the
+model of each topk lane, Lane, that bounds and predicts the candidates not measured), and after
+it the launches that complete the contenders' tables (mtp_tune_complete).  Controller-side library
+of plugins/filter/mtp_tune.py."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+from ansible_collections.blackwell.sglang.plugins.module_utils.bench_metrics import (
+    accept_length_high_deeper, accept_lengths_by_depth)
+from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
+    candidate_states, cannot_fit, fit_classes_of)
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
+    level_of, mtp_tune_pick_best, tie_band, under_node_noise)
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
+    as_int, candidate_key, cost, spec_from)
+
+
+# The reason of a launch that completes a contender's table at every level (mtp_tune_complete).
+COMPLETE_REASON = "levels "
+
+
+# --------------------------------------------------------------------------- search
+
+def _seed_index(cands, seed):
+    if not cands:
+        return None
+    seed = as_int(seed, "mtp_tune_seed")
+    return min(range(len(cands)), key=lambda i: (abs(cands[i]["steps"] - seed), cands[i]["steps"]))
+
+
+def _chain_tau(k, alpha):
+    """Tokens per verify round of a chain draft of depth ``k`` accepted with probability alpha."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def _alpha_of(k, tau):
+    """The per-token acceptance that gives accept length ``tau`` at depth ``k`` (bisection)."""
+    tau = min(max(float(tau), 1.0), float(k + 1))
+    lo, hi = 0.0, 1.0
+    for _i in range(40):
+        mid = (lo + hi) / 2.0
+        if _chain_tau(k, mid) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+class Lane(object):
+    """What the launches of one topk lane say about the unmeasured candidates.
+
+    Each launch gives, per concurrency level, per-request and aggregate tok/s and the accept
+    length; dividing accept length by a rate gives a time per verify round.  The round time
+    grows with the draft depth and, on every server the project knows, at a non-decreasing rate
+    (each extra draft token costs at least what the previous one did); the accept length follows
+    the chain model, capped at depths shallower than a launch by that launch's histogram of
+    correct drafts.  Together they bound every unmeasured candidate's figure from above; where
+    the measured points contradict the convexity beyond the noise, only the monotone bound is
+    used, and where they contradict monotony, no bound at all (the candidate must be measured).
+
+    ``spec`` (a TuneSpec, or what spec_from takes) gives the objective, the level it is judged at,
+    the noise and the SLO's per-request floor.
+    """
+
+    def __init__(self, lane, states, spec, convex=True):
+        spec = spec_from(spec)
+        self.lane = lane
+        self.noise = noise = spec.noise
+        self.use_convex = convex
+        self.objective = spec.objective
+        self.level = spec.level
+        self.slo_min = None if spec.slo_min_tps in (None, "") else float(spec.slo_min_tps)
+        self.points = {}  # x (draft tokens - 1) -> {c: (t_pr, t_ag)}
+        self.tau = {}
+        alphas = []
+        measured_levels = set()
+        chain = all(c["topk"] == 1 for c in lane)
+        self.chain = chain
+        for cand in lane:
+            st = states.get(cand["key"])
+            if not st or st.get("ok") is None:
+                continue
+            x = cand["draft_tokens"] - 1
+            ok = st["ok"]
+            levels = {}
+            taus = []
+            for key in (ok.get("metrics") or {}):
+                if not str(key).isdigit():
+                    continue
+                m = level_metrics(level_of(ok, key))
+                if m["failed"]:
+                    continue
+                if m["accept_length"] is not None and m["accept_length"] > 0:
+                    taus.append(float(m["accept_length"]))
+                levels[int(key)] = m
+                measured_levels.add(int(key))
+            if not levels:
+                continue
+            tau = sorted(taus)[len(taus) // 2] if taus else None
+            if tau is not None and chain and x >= 1:
+                alphas.append(_alpha_of(x, tau))
+            self.tau[x] = tau
+            self.points[x] = levels
+        self.alpha = sum(alphas) / len(alphas) if alphas else None
+        # Optimistic end of the acceptance: the highest point estimate plus the noise.
+        self.alpha_hi = min(1.0, max(alphas) + 2 * noise) if alphas else 1.0
+        for x in self.tau:
+            if self.tau[x] is None:
+                self.tau[x] = _chain_tau(x, self.alpha if self.alpha is not None else 1.0)
+        self.tau_cap = self._histogram_caps(lane, states) if chain else {}
+        self.levels = sorted(measured_levels)
+        self.series = {}
+        for c in self.levels:
+            for kind, field in (("pr", "decode_tps_mean"), ("ag", "output_throughput")):
+                pts = {}
+                for x, lv in self.points.items():
+                    m = lv.get(c)
+                    if m is not None and m[field]:
+                        pts[x] = self.tau[x] / float(m[field])
+                self.series[(c, kind)] = self._trust(pts)
+
+    @staticmethod
+    def _histogram_caps(lane, states):
+        """Upper ends of the accept length at other depths than a launch's, from that launch's
+        histogram of correct drafts: shallower ones from ``accept_length_bounds_by_depth`` of
+        sglang_bench, deeper ones from ``accept_length_high_deeper`` (what concavity and the
+        stretches between wrong guesses allow). Counted, not fitted, so far tighter than the
+        chain model's acceptance widened by the noise. Per launch the highest over its levels,
+        then the lowest over the launches. The interval counts verify rounds only; the server's
+        accept length also counts each request's first token, so each cap is scaled by the
+        launch's own ratio of the two."""
+        caps = {}
+        deepest = max(c["draft_tokens"] - 1 for c in lane) if lane else 0
+        for cand in lane:
+            st = states.get(cand["key"])
+            ok = (st or {}).get("ok")
+            if not ok:
+                continue
+            x = cand["draft_tokens"] - 1
+            mine = {}
+            for key, node in (ok.get("metrics") or {}).items():
+                if not str(key).isdigit() or not isinstance(node, dict):
+                    continue
+                hist, bounds = node.get("accept_histogram"), node.get("accept_length_bounds_by_depth")
+                tau = level_metrics(node)["accept_length"]
+                if not hist or len(hist) < 2 or not isinstance(bounds, dict) or not tau or sum(hist) <= 0:
+                    continue
+                per_round = accept_lengths_by_depth(hist)[str(len(hist) - 1)]
+                scale = max(1.0, float(tau) / per_round)
+                for depth, pair in bounds.items():
+                    k = _num(depth)
+                    if k is None or int(k) >= x or not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                        continue
+                    high = _num(pair[1])
+                    if high:
+                        mine[int(k)] = max(mine.get(int(k), 0.0), high * scale)
+                for k in range(x + 1, deepest + 1):
+                    high = accept_length_high_deeper(hist, k, level_metrics(node)["completed"] or 0)
+                    if high:
+                        mine[k] = max(mine.get(k, 0.0), high * scale)
+            for k, high in mine.items():
+                caps[k] = min(caps.get(k, float("inf")), high)
+        return caps
+
+    def _trust(self, pts):
+        n = self.noise
+        xs = sorted(pts)
+        mono = all(pts[b] * (1 + n) >= pts[a] * (1 - n) for a, b in zip(xs, xs[1:]))
+        convex = mono and self.use_convex
+        for a, b, c in zip(xs, xs[1:], xs[2:]):
+            left = (pts[b] * (1 - n) - pts[a] * (1 + n)) / (b - a)
+            right = (pts[c] * (1 + n) - pts[b] * (1 - n)) / (c - b)
+            if left > right:
+                convex = False
+        return {"pts": pts, "xs": xs, "mono": mono, "convex": convex}
+
+    def _t_low(self, series, x):
+        """Lower bound of the round time at x (0.0: no bound)."""
+        if not series["mono"]:
+            return 0.0
+        n = self.noise
+        pts = series["pts"]
+        left = [a for a in series["xs"] if a < x]
+        right = [a for a in series["xs"] if a > x]
+        low = pts[left[-1]] * (1 - n) if left else 0.0
+        if series["convex"]:
+            for i, a in enumerate(left):
+                for b in left[i + 1:]:
+                    slope = (pts[b] * (1 - n) - pts[a] * (1 + n)) / (b - a)
+                    low = max(low, pts[b] * (1 - n) + (x - b) * slope)
+            for i, a in enumerate(right):
+                for b in right[i + 1:]:
+                    slope = (pts[b] * (1 + n) - pts[a] * (1 - n)) / (b - a)
+                    low = max(low, pts[a] * (1 - n) - (a - x) * slope)
+        return max(low, 0.0)
+
+    def _tau_high(self, x):
+        if x in self.tau_cap:
+            # Counted from a launch's histogram, sound under both models of where a draft's
+            # mistakes come from. The chain model's geometric decay is not a bound: on the real
+            # self-draft sweep depth 6 accepted 1.84, above what it allows from depth 2 (1.83).
+            high = self.tau_cap[x] * (1 + self.noise)
+        else:
+            high = _chain_tau(x, self.alpha_hi) if self.chain else float(x + 1)
+        right = [a for a in sorted(self.tau) if a > x]
+        if right:
+            high = min(high, self.tau[right[0]] * (1 + self.noise))
+        return high
+
+    def _rate_high(self, x, c, kind):
+        series = self.series.get((c, kind))
+        if series is None or not series["pts"]:
+            return float("inf")
+        low = self._t_low(series, x)
+        return self._tau_high(x) / low if low > 0 else float("inf")
+
+    def _t_mid(self, series, x):
+        """Round time at x by linear interpolation of the measured points, extended above the
+        dearest; below the cheapest it is taken flat (the most monotony allows): a cheaper
+        candidate is predicted at the least it could reach, and reached by rule 2 if at all."""
+        pts, xs = series["pts"], series["xs"]
+        left = [a for a in xs if a < x]
+        right = [a for a in xs if a > x]
+        if left and right:
+            a, b = left[-1], right[0]
+        elif len(left) >= 2:
+            a, b = left[-2], left[-1]
+        else:
+            return pts[xs[0]]
+        return max(pts[a] + (x - a) * (pts[b] - pts[a]) / float(b - a), 1e-12)
+
+    def predict(self, cand):
+        """The figure the model expects (chain acceptance at the fitted alpha, interpolated round time)."""
+        x = cand["draft_tokens"] - 1
+        level = self.level
+        if not self.levels:
+            return None
+        if self.objective == "slo":
+            return None
+        c = level if level is not None else (1 if self.objective == "latency" else self.levels[-1])
+        series = self.series.get((c, "pr" if self.objective == "latency" else "ag"))
+        if series is None or not series["pts"]:
+            return None
+        tau = _chain_tau(x, self.alpha) if (self.chain and self.alpha is not None) else float(x + 1)
+        return tau / self._t_mid(series, x)
+
+    def bound(self, cand):
+        """Upper bound of the candidate's objective figure (inf: unbounded; None: cannot be feasible)."""
+        x = cand["draft_tokens"] - 1
+        level = self.level
+        if not self.levels:
+            return float("inf")
+        if self.objective == "latency":
+            c = level if level is not None else 1
+            return self._rate_high(x, c, "pr")
+        if self.objective == "throughput":
+            c = level if level is not None else self.levels[-1]
+            return self._rate_high(x, c, "ag")
+        best = None
+        for c in ([level] if level is not None else self.levels):
+            if self.slo_min is not None and self._rate_high(x, c, "pr") < self.slo_min:
+                continue
+            agg = self._rate_high(x, c, "ag")
+            best = agg if best is None else max(best, agg)
+        return best
+
+
+def _can_win(ub, cand, best, band):
+    """Whether a candidate whose figure is at most ``ub`` could still end as the winner."""
+    if ub is None:
+        return False
+    top, winner = best["top"], best["winner"]
+    if top is None:
+        return True
+    if ub < top["score"]["value"] * (1.0 - band):
+        return False  # worse than the top beyond the band: never wins, not even a tie
+    if winner is not None and cost(cand) > cost(winner["candidate"]) \
+            and ub <= winner["score"]["value"] / (1.0 - band):
+        return False  # would tie with a cheaper winner at best
+    return True
+
+
+def _acq(ub, pred):
+    """Where the next launch is worth most: halfway between what the model expects there and
+    the most it could be (an unbounded candidate first: only a measurement bounds it)."""
+    if pred is None or ub == float("inf"):
+        return ub
+    return (ub + pred) / 2.0
+
+
+def _adaptive_lane(lane, states, seed_idx, best, spec):
+    """Next candidate of one lane and why, or (None, None) when the search of the lane is over.
+
+    After the seed and the ends ``spec.probe_ends`` names, two rules in turn:
+
+    1. among the candidates the chain-model bounds leave able to win, the one the model
+       predicts highest, while that prediction beats the best measured figure (round time
+       interpolated between the measured points at the judged level, or extended above them,
+       and taken flat below the cheapest; accept length from the fitted chain acceptance).
+       This finds a second peak or the far end of a climb without walking to it;
+    2. the unmeasured neighbours in the list of the best measured candidate and of every
+       candidate within the noise band of it, bounds or not: the answer is then a measured
+       local optimum, also where the round times bend the other way than the bounds assume.
+    """
+    noise, probe_ends = spec.noise, spec.probe_ends
+    if lane[seed_idx]["key"] not in states:
+        return lane[seed_idx], "adaptive: seed"
+    model = Lane(lane, states, spec)
+    band = math.sqrt(2.0) * noise
+    open_ = {}
+    for i, cand in enumerate(lane):
+        if cand["key"] in states:
+            continue
+        ub = model.bound(cand)
+        if _can_win(ub, cand, best, band):
+            open_[i] = (ub, model.predict(cand))
+    keys = [c["key"] for c in lane]
+    top = best["top"]
+    ref = keys.index(top["key"]) if top and top["key"] in keys else seed_idx
+    # Every candidate within the band of the top counts as a best: a near-tie may hide the
+    # climb on its other side.
+    tops = [ref]
+    if top is not None:
+        for row in best["ranking"]:
+            sc = row["score"]
+            if sc["value"] is not None and row["key"] in keys and row["key"] != top["key"] \
+                    and sc["value"] >= top["score"]["value"] * (1.0 - tie_band(noise, top["score"], sc)):
+                tops.append(keys.index(row["key"]))
+    near = set()
+    for i in tops:
+        for step in (-1, 1):
+            j = i + step
+            while 0 <= j < len(lane) and lane[j]["key"] not in states:
+                j += step
+            if abs(j - i) > 1:
+                near.add(i + step)
+    near = sorted(near)
+    ends = []
+    if probe_ends in ("both", "high"):
+        ends.append(len(lane) - 1)
+    if probe_ends in ("both", "low"):
+        ends.append(0)
+    for idx in ends:
+        if lane[idx]["key"] not in states:
+            return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
+    if top is not None and open_:
+        preds = [(p if p is not None else ub, i) for i, (ub, p) in open_.items()]
+        val, i = max(preds, key=lambda r: (r[0], -abs(r[1] - ref)))
+        if val > top["score"]["value"]:
+            return lane[i], "adaptive: predicted %.1f, could reach %.1f" % (val, open_[i][0])
+    if near:
+        def _rank(i):
+            pred = open_.get(i, (None, -1.0))[1]
+            return (pred is None, -(pred or 0.0), i)
+        i = sorted(near, key=_rank)[0]
+        return lane[i], "adaptive: next to the best"
+    if top is None and open_:
+        return lane[min(open_)], "adaptive: nothing measured yet"
+    return None, None
+
+
+def _labelled(nxt):
+    cand = nxt["candidate"]
+    ov = ", ".join("%s=%s" % (k, v) for k, v in sorted((nxt["overrides"] or {}).items()) if v is not None)
+    nxt["label"] = "steps=%s topk=%s draft=%s%s (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"],
+                                                         " [%s]" % ov if ov else "", nxt["reason"])
+    return nxt
+
+
+def _remeasure(attempts, best, budget):
+    """A contender to measure again: the dearer of the top and the cheapest candidate tied with
+    it, while their bands still overlap and the budget lasts."""
+    if budget in (None, "") or as_int(budget, "mtp_tune_remeasure_launches") <= 0:
+        return None
+    used = sum(1 for a in attempts if str(a.get("reason") or "").startswith("remeasure") and not a.get("resumed"))
+    if used >= as_int(budget, "mtp_tune_remeasure_launches"):
+        return None
+    if not best["tied"] or best["top"] is None or best["winner"] is None:
+        return None
+    pair = [best["top"], best["winner"]]
+    row = min(pair, key=lambda r: (r["score"]["n"], cost(r["candidate"])))
+    return {"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
+            "reason": "remeasure %d/%s: %s ties %s within %.1f%%" % (
+                used + 1, budget, best["winner"]["key"], best["top"]["key"], (best["band"] or 0) * 100)}
+
+
+def _noise_relaunch(attempts, budget):
+    """The run's first measured setting again, until it has been launched ``budget`` more times:
+    the node's launch-to-launch spread, measured before the search prunes with it."""
+    if budget in (None, "") or as_int(budget, "mtp_tune_noise_launches") <= 0:
+        return None
+    used = sum(1 for a in attempts if str(a.get("reason") or "").startswith("noise ") and not a.get("resumed"))
+    if used >= as_int(budget, "mtp_tune_noise_launches"):
+        return None
+    first = next((a for a in attempts if a.get("status") == "ok" and not a.get("resumed")), None)
+    if first is None:
+        return None
+    return {"candidate": first["candidate"], "overrides": first.get("overrides") or {}, "fit_rung": None,
+            "reason": "noise %d/%s: %s again, to measure how far one launch moves on this node" % (
+                used + 1, budget, first.get("key") or candidate_key(first["candidate"]))}
+
+
+def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
+    """The next server launch, or None when the search is over.
+
+    ``spec`` (a TuneSpec, or what spec_from takes) says how to search; ``fit_ladder`` is the plan
+    of mtp_tune_fit_ladder, used when ``spec.fit_retry`` is on.
+
+    Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit launch
+    of the last failed candidate comes first (bisection over the lever its failure class names,
+    see mtp_tune_fit_ladder).  Then, by ``spec.strategy``:
+
+    - sweep: the cheapest candidate not yet decided;
+    - adaptive: per topk lane, the candidate nearest ``seed``, then the list's ends
+      (``probe_ends``: both, high, low or none), then branch and bound: every unmeasured
+      candidate gets an upper bound from what the launches measured (accept length -> chain
+      acceptance; time per verify round, non-decreasing in draft depth at a non-decreasing
+      rate); candidates that cannot beat the best beyond the noise band (or could only tie a
+      cheaper one) are dropped.  Of the rest, the one the chain model predicts highest is
+      launched while that prediction beats the best; then the unmeasured neighbours of the best
+      (and of any candidate within the band of it) are measured, so the answer is a measured
+      local optimum.  The search ends when neither rule has a candidate left.  Never launches a
+      candidate a cheaper one proved cannot fit.
+    - then, with ``remeasure_launches``, the two contenders tied within the band are measured
+      again (the band narrows with the square root of the measurements) until the budget ends.
+
+    With ``noise_launches``, the run's first measured setting is launched that many more times
+    before the search goes on: the spread between those launches is the node's noise
+    (mtp_tune_node_noise), and every band and bound after it uses that when it is larger than
+    ``noise``.
+    """
+    spec = under_node_noise(attempts, spec_from(spec))
+    fit = fit_ladder if (spec.fit_retry and isinstance(fit_ladder, dict)) else None
+    classes = fit_classes_of(spec.fit_classes)
+    attempts = list(attempts or [])
+    launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
+
+    if spec.max_launches is not None and launches >= spec.max_launches:
+        return None
+    states = candidate_states(attempts, fit, classes)
+    by_key = dict((c["key"], c) for c in candidates)
+    # A pending fit launch finishes before anything else starts: its answer matters to the search.
+    for att in reversed(attempts):
+        key = att.get("key") or candidate_key(att["candidate"])
+        st = states.get(key)
+        if st and st["pending"] is not None and key in by_key:
+            f = st["fit"]
+            return _labelled({"candidate": by_key[key], "overrides": st["pending"], "fit_rung": len(st["attempts"]),
+                              "reason": "fit %s=%s (starts at %s, fails at %s) after %s" % (
+                                  f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
+                                  st["attempts"][0].get("failure_class"))})
+        break
+    relaunch = _noise_relaunch(attempts, spec.noise_launches)
+    if relaunch:
+        return _labelled(relaunch)
+    best = mtp_tune_pick_best(attempts, spec)
+    if spec.strategy == "sweep":
+        for cand in candidates:
+            if cand["key"] not in states:
+                return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"})
+        nxt = _remeasure(attempts, best, spec.remeasure_launches)
+        return _labelled(nxt) if nxt else None
+    lanes = {}
+    for cand in candidates:
+        lanes.setdefault(cand["topk"], []).append(cand)
+    for topk in sorted(lanes):
+        lane = lanes[topk]
+        seed_idx = _seed_index(lane, spec.seed)
+        while True:
+            cand, reason = _adaptive_lane(lane, states, seed_idx, best, spec)
+            if cand is None:
+                break
+            if cannot_fit(cand, states, classes):
+                # Decide it without a launch and let the search move on.
+                states[cand["key"]] = {"attempts": [{"candidate": cand, "status": "skipped"}], "ok": None,
+                                       "pending": None, "done": True, "fit": None}
+                continue
+            return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason})
+    nxt = _remeasure(attempts, best, spec.remeasure_launches)
+    return _labelled(nxt) if nxt else None
+
+
+def mtp_tune_complete(attempts, spec=None):
+    """After the search: the next contender to launch again and measure at every level, or None.
+
+    A search that benchmarks only the judged level (``mtp_tune_search_levels=judged``) leaves
+    the other levels of the report empty; the winner and every candidate tied with it within the
+    band are then launched once more with the same settings and measured at all of ``spec.levels``,
+    winner first. That launch's judged figure joins the earlier ones like a re-measurement (it
+    may move the decision: the new winner is completed in turn). A contender is completed once:
+    a failed completing launch is not repeated. Stops at ``spec.max_launches`` like the search.
+
+    Returns ``{"candidate", "overrides", "fit_rung", "reason", "label", "levels"}`` or None.
+    """
+    spec = spec_from(spec)
+    want = list(spec.levels)
+    attempts = list(attempts or [])
+    launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
+    if spec.max_launches is not None and launches >= spec.max_launches:
+        return None
+    best = mtp_tune_pick_best(attempts, spec)
+    if best["winner"] is None or not want:
+        return None
+    by_key = dict((r["key"], r) for r in best["ranking"])
+    contenders = [best["winner"]] + [by_key[k] for k in best["tied"] if k != best["winner"]["key"] and k in by_key]
+    for row in contenders:
+        same = [a for a in attempts if (a.get("key") or candidate_key(a["candidate"])) == row["key"]
+                and (a.get("overrides") or {}) == (row["overrides"] or {})]
+        if any(str(a.get("reason") or "").startswith(COMPLETE_REASON) for a in same):
+            continue
+        if any(a.get("status") == "ok" and all(level_of(a, c) is not None for c in want) for a in same):
+            continue
+        role = "the winner" if row is best["winner"] else "tied with the winner"
+        nxt = _labelled({"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
+                         "reason": "%sC=%s: %s, %s, measured at every level for the report" % (
+                             COMPLETE_REASON, ",".join(str(c) for c in want), row["key"], role)})
+        nxt["levels"] = want
+        return nxt
+    return None
