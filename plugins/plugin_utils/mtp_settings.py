@@ -26,10 +26,7 @@ __metaclass__ = type
 import math
 from collections import namedtuple
 
-try:
-    from collections.abc import Mapping
-except ImportError:  # pragma: no cover - Python 2
-    from collections import Mapping
+from collections.abc import Mapping
 
 try:
     from ansible.errors import AnsibleFilterError
