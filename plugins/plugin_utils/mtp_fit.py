@@ -46,7 +46,8 @@ def candidate_states(attempts, fit=None, fit_classes=()):
         oks = [a for a in st["attempts"] if a.get("status") == "ok"]
         st["ok"] = oks[-1] if oks else None
         last = st["attempts"][-1]
-        if last.get("status") == "skipped":
+        # a launch handed out in this round of a pool (mtp_pool): decided until its result joins
+        if last.get("status") in ("skipped", "pending"):
             st["done"] = True
             continue
         if fit:

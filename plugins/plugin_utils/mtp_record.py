@@ -55,16 +55,23 @@ def mtp_tune_attempt(launch):
     else:
         failure_class, failure_line = "bench_failed", bench.get("msg")
     levels = bench.get("levels") or []
-    metrics = (bench.get("by_concurrency") if ok else
-               dict((str(lv.get("concurrency")), lv) for lv in levels if isinstance(lv, dict)))
+    if ok:
+        metrics = bench.get("by_concurrency")
+    else:
+        metrics = dict((str(lv.get("concurrency")), lv) for lv in levels if isinstance(lv, dict))
     launch_s = _num(launch.get("launch_s"))
-    return {"key": nxt["candidate"]["key"], "candidate": nxt["candidate"], "overrides": nxt.get("overrides") or {},
-            "fit_rung": nxt.get("fit_rung"), "reason": nxt.get("reason"), "run": launch.get("run"),
-            "workload": launch.get("workload"), "status": "ok" if ok else "failed",
-            "failure_class": failure_class, "failure_line": failure_line,
-            "hint": None if ready else wait.get("hint"),
-            "journal_tail": [] if ready else (wait.get("journal_tail") or []),
-            "metrics": metrics or {}, "bench_warnings": bench.get("bench_warnings") or [],
-            "server": bench.get("server"),
-            "timings": {"started": launch.get("started"), "launch_s": launch_s, "wait_s": wait.get("seconds"),
-                        "bench_s": bench.get("duration_s"), "wall_s": _num(launch.get("wall_s"))}}
+    out = {"key": nxt["candidate"]["key"], "candidate": nxt["candidate"], "overrides": nxt.get("overrides") or {},
+           "fit_rung": nxt.get("fit_rung"), "reason": nxt.get("reason"), "run": launch.get("run"),
+           "workload": launch.get("workload"), "status": "ok" if ok else "failed",
+           "failure_class": failure_class, "failure_line": failure_line,
+           "hint": None if ready else wait.get("hint"),
+           "journal_tail": [] if ready else (wait.get("journal_tail") or []),
+           "metrics": metrics or {}, "bench_warnings": bench.get("bench_warnings") or [],
+           "server": bench.get("server"),
+           "timings": {"started": launch.get("started"), "launch_s": launch_s, "wait_s": wait.get("seconds"),
+                       "bench_s": bench.get("duration_s"), "wall_s": _num(launch.get("wall_s"))}}
+    # a pool's launch (mtp_tune_pool_next) says which node ran it, in which round
+    for field in ("node", "round"):
+        if nxt.get(field) is not None:
+            out[field] = nxt[field]
+    return out

@@ -439,6 +439,16 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
     (mtp_tune_node_noise), and every band and bound after it uses that when it is larger than
     ``noise``.
     """
+    return tune_next(attempts, candidates, fit_ladder, spec)
+
+
+def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
+    """mtp_tune_next, for one node (``pooled`` false) or for a pool of nodes (mtp_pool).
+
+    Pooled, attempts still ``pending`` (launched on another node, not yet measured) are passed
+    over, and every failed candidate's due fit launch is a candidate for the next slot, not only
+    the latest one's: one round of a pool can end with several failures.
+    """
     spec = under_node_noise(attempts, spec_from(spec))
     fit = fit_ladder if (spec.fit_retry and isinstance(fit_ladder, dict)) else None
     classes = fit_classes_of(spec.fit_classes)
@@ -450,7 +460,10 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
     states = candidate_states(attempts, fit, classes)
     by_key = dict((c["key"], c) for c in candidates)
     # A pending fit launch finishes before anything else starts: its answer matters to the search.
+    # (A pool's round may end with several failures: each one's fit is due, the latest first.)
     for att in reversed(attempts):
+        if att.get("status") == "pending":
+            continue
         key = att.get("key") or candidate_key(att["candidate"])
         st = states.get(key)
         if st and st["pending"] is not None and key in by_key:
@@ -459,7 +472,8 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
                               "reason": "fit %s=%s (starts at %s, fails at %s) after %s" % (
                                   f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
                                   st["attempts"][0].get("failure_class"))})
-        break
+        if not pooled:
+            break
     relaunch = _noise_relaunch(attempts, spec.noise_launches)
     if relaunch:
         return _labelled(relaunch)
