@@ -72,7 +72,7 @@ run_check() {  # name, log, command...: a stage that is one check
 # Most of a scenario's time is the simulated server's waits, not CPU, so two lanes overlap well on
 # two cores; a third loads the simulated servers enough to move the figures the scenarios check.
 # Longest scenarios first (seconds measured on a 2-core machine), spread greedily.
-declare -A scenario_weight=([rollout]=450 [tune]=450 [resume]=440 [realpkg]=600 [production]=420
+declare -A scenario_weight=([rollout]=450 [tune]=450 [pool]=400 [resume]=440 [realpkg]=600 [production]=420
                             [service]=260 [sequences]=300 [default]=240)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
   local lane=$1; shift
