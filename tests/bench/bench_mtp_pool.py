@@ -8,7 +8,7 @@ simulator's on steps 1..16), per ``q``:
 
 - rounds of the pooled adaptive search against the sweep split over the nodes,
   ceil(candidates / q), and against the sequential adaptive search's launches / q + 1
-  (the issue's two targets), worst landscape and sum;
+  (the two bounds a pool is held to), worst landscape and sum;
 - launches (the pool launches more than the sequential search: a round fills every node);
 - winners off the tie band of the true best (noise-free; must be 0 where the sequential has 0);
 - with independent noise per launch (``--cv``, the tuner not told it): tunes whose winner is within
