@@ -9,7 +9,9 @@ mtp_tune_dataset_problems: what is wrong with a benchmark prompt file, read on t
 any server launch (the same JSONL rules the benchmark client applies, for the endpoint it uses).
 mtp_tune_no_winner_hint: what to change when no candidate won, fitted to why they lost (memory
 failures, a model that is not there, an SLO no candidate met, a benchmark that failed), so the
-advice never names a lever that cannot help.
+advice never names a lever that cannot help; mtp_tune_no_winner_message the whole message the run
+stops with then.
+mtp_tune_smoke_due: whether the converged server is benchmarked again (a smoke run).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -112,9 +114,56 @@ def mtp_tune_no_winner_hint(attempts, spec=None):
     return "; ".join(parts) + "."
 
 
+def mtp_tune_no_winner_message(attempts, spec=None, restored=False, summary=None, judged_floor=None):
+    """The message a run stops with when no candidate won: what each launch ended in, whether the
+    unit from before tuning was put back, where the report is, and what to change
+    (mtp_tune_no_winner_hint; for a server SGLang capped below the judged level, the override).
+
+    ``restored``: the pre-tuning unit was restored; ``summary``: the report's path;
+    ``judged_floor``: the running-request floor of the judged level (mtp_tune_fit_ladder).
+    """
+    spec = spec_from(spec)
+    attempts = list(attempts or [])
+    outcomes = ", ".join("%s: %s" % (a.get("key") or "?", a.get("failure_class") or "ran") for a in attempts)
+    msg = "No candidate %s (%s)." % ("met the SLO" if spec.objective == "slo" else "started and finished its benchmark",
+                                     outcomes or "none launched")
+    if restored:
+        msg += " The pre-tuning unit was restored."
+    if summary:
+        msg += " See %s." % summary
+    msg += " " + mtp_tune_no_winner_hint(attempts, spec)
+    if "capped" in [a.get("failure_class") for a in attempts]:
+        msg += (" Or set mtp_tune_fit_allow_capped=true to accept a server SGLang capped below C=%s."
+                % (judged_floor if judged_floor is not None else "the judged level"))
+    return msg
+
+
+def _get(node, *path):
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def mtp_tune_smoke_due(winner_key, unit_changed, previous=None):
+    """True when the converged server must be benchmarked (a smoke run): its unit changed (so the
+    server restarted), or the node's last convergence was to another setting or was never
+    verified. Otherwise the earlier verification stands and a re-run changes nothing.
+
+    ``previous``: the converge record of the node's last run (key, verify.ok), or None.
+    """
+    if unit_changed:
+        return True
+    if _get(previous, "key") != winner_key:
+        return True
+    return not _get(previous, "verify", "ok")
+
+
 class FilterModule(object):
     def filters(self):
         return {
             "mtp_tune_dataset_problems": mtp_tune_dataset_problems,
-            "mtp_tune_no_winner_hint": mtp_tune_no_winner_hint,
+            "mtp_tune_no_winner_message": mtp_tune_no_winner_message,
+            "mtp_tune_smoke_due": mtp_tune_smoke_due,
         }

@@ -70,3 +70,32 @@ def test_mixed_reasons_are_all_named_and_nothing_measured_is_said():
     hint = f.mtp_tune_no_winner_hint([_ok(), _failed("oom_kv_cache")], {"objective": "slo", "slo_min_tps": 500})
     assert "oom_kv_cache" in hint and "none met the SLO" in hint
     assert "No candidate was measured" in f.mtp_tune_no_winner_hint([])
+
+
+def test_no_winner_message_names_each_outcome_the_restore_the_report_and_the_advice():
+    msg = f.mtp_tune_no_winner_message([_failed("oom_kv_cache", "s8-k1-d9"), _failed("capped", "s6-k1-d7")], {},
+                                       True, "results/r/n/summary.md", 32)
+    assert msg.startswith("No candidate started and finished its benchmark (s8-k1-d9: oom_kv_cache, s6-k1-d7: capped).")
+    assert "The pre-tuning unit was restored." in msg and "See results/r/n/summary.md." in msg
+    assert "mtp_tune_fit_retry=true" in msg
+    assert msg.endswith("Or set mtp_tune_fit_allow_capped=true to accept a server SGLang capped below C=32.")
+
+
+def test_no_winner_message_for_an_slo_nobody_met_and_nothing_restored():
+    msg = f.mtp_tune_no_winner_message([_ok("s3-k1-d4")], {"objective": "slo", "slo_min_tps": 500})
+    assert msg.startswith("No candidate met the SLO (s3-k1-d4: ran).")
+    assert "restored" not in msg and "See " not in msg and "allow_capped" not in msg
+    assert "mtp_tune_slo_min_tps=500" in msg
+    assert "none launched" in f.mtp_tune_no_winner_message([])
+
+
+@pytest.mark.parametrize("changed,previous,due", [
+    (True, {"key": "s4", "verify": {"ok": True}}, True),     # restarted: measure it
+    (False, {"key": "s4", "verify": {"ok": True}}, False),   # same unit, verified: the re-run stays idempotent
+    (False, {"key": "s3", "verify": {"ok": True}}, True),    # verified for another setting
+    (False, {"key": "s4", "verify": {"ok": False}}, True),   # the last smoke was off
+    (False, {"key": "s4"}, True),                            # never verified
+    (False, None, True),                                     # first run on the node
+])
+def test_smoke_due(changed, previous, due):
+    assert f.mtp_tune_smoke_due("s4", changed, previous) is due
