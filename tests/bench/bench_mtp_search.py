@@ -10,6 +10,10 @@ C=32; plus made-up shapes the search was not designed on), each strategy is driv
   tuner told ``mtp_tune_noise = 2 x cv`` (a 95 % half-width); how often the true best wins
   where it leads the runner-up by at least twice the tie band.
 
+The joint space, steps x topk {1, 2, 4} x draft tokens: the simulator's landscapes with a draft
+tree added (made up in the tree part: the simulator models topk 1 only), launches against the
+grid's sweep, misses, and winners under untold noise.
+
 The same landscapes run through the adaptive search of other git refs when git has them
 (``--baseline REF [REF ...]``, default ``main``; ``--baseline none`` skips it).
 
@@ -121,12 +125,62 @@ def library():
     return out
 
 
+# The joint space steps x topk x draft tokens. The simulator models topk 1 only (its chain,
+# sim/sglang_sim/perf.py); these landscapes extend it with a draft tree, so they are made up in the
+# tree part and labelled so. The draft ranks the right token first with probability alpha and
+# each lower rank with a geometric share of the rest (RANK_TAIL); like EAGLE-2 in SGLang, every
+# step expands topk children of each of the topk best nodes so far, and the draft tokens - 1 best
+# of all expanded nodes (by path probability) are verified. Step time: the simulator's, with the
+# draft chain's per-request cost growing with topk and the verify pass over draft tokens.
+JOINT_TOPK = (1, 2, 4)
+JOINT_DRAFTS = (4, 6, 8, 12, 16)
+RANK_TAIL = 0.5
+TOPK_DRAFT_COST = 0.25
+
+
+def tree_accept_length(steps, topk, draft_tokens, alpha, tail=RANK_TAIL):
+    """Expected tokens per verify round of an EAGLE-2 style draft tree (see above)."""
+    ranks = [alpha] + [(1.0 - alpha) * tail * (1.0 - tail) ** (i - 1) for i in range(1, topk)]
+    beam, expanded = [1.0], []
+    for _step in range(steps):
+        children = sorted((p * q for p in beam for q in ranks), reverse=True)
+        expanded.extend(children)
+        beam = children[:topk]
+    return 1.0 + sum(sorted(expanded, reverse=True)[:draft_tokens - 1])
+
+
+def tree_step_ms(batch, steps, topk, draft_tokens, factor):
+    t = (perf.T0 + perf.TD * steps + batch * (perf.TB + perf.TK2 * steps * steps * (1 + TOPK_DRAFT_COST * (topk - 1)))
+         + perf.TQ * (batch * draft_tokens) ** 2)
+    if draft_tokens - 1 > perf.FAST_VERIFY_MAX_STEPS:
+        t += (draft_tokens - 1 - perf.FAST_VERIFY_MAX_STEPS) * (perf.TP0 + perf.TP1 * batch)
+    return t * factor
+
+
+def joint_landscape(profile, alpha, objective):
+    factor = perf.speed_factor(profile)
+
+    def cand_figures(cand, c):
+        batch = min(c, 48)
+        acc = tree_accept_length(cand["steps"], cand["topk"], cand["draft_tokens"], alpha)
+        pr = acc / tree_step_ms(batch, cand["steps"], cand["topk"], cand["draft_tokens"], factor) * 1000.0
+        return pr, batch * pr, acc
+    level = 1 if objective == "latency" else 32
+    return {"name": "joint %s a=%.2f %s" % (profile, alpha, objective), "objective": objective, "level": level,
+            "cand_figures": cand_figures, "levels": LEVELS, "grid": (STEPS, list(JOINT_TOPK), list(JOINT_DRAFTS))}
+
+
+def joint_library():
+    return [joint_landscape(profile, alpha, objective) for profile in sorted(perf.PROFILE_SPEED)
+            for alpha in (perf.ALPHA_SYNTHETIC, perf.ALPHA_REALISTIC) for objective in ("latency", "throughput")]
+
+
 # --------------------------------------------------------------------------- driving a tuner
 
 def measure(land, cand, rng, cv):
     out = {}
     for c in land["levels"]:
-        pr, ag, acc = land["figures"](cand["steps"], c)
+        pr, ag, acc = _figures(land, cand, c)
         if rng is not None:
             pr *= 1.0 + rng.gauss(0.0, cv)
             ag *= 1.0 + rng.gauss(0.0, cv)
@@ -134,6 +188,20 @@ def measure(land, cand, rng, cv):
         out[str(c)] = {"output_throughput": ag, "decode_tps_per_request": {"mean": pr, "p50": pr},
                        "accept_length": acc, "failed": 0, "completed": 4 * c}
     return out
+
+
+def _figures(land, cand, c):
+    """(per-request tok/s, aggregate tok/s, accept length) of ``cand`` at concurrency ``c``."""
+    if "cand_figures" in land:
+        return land["cand_figures"](cand, c)
+    return land["figures"](cand["steps"], c)
+
+
+def candidates_of(mod, land):
+    """The candidate list a tune of ``land`` searches (the joint grid's, or STEPS with topk 1)."""
+    if "grid" in land:
+        return mod.mtp_tune_candidates(*land["grid"])
+    return mod.mtp_tune_candidates(STEPS)
 
 
 def judged(land, noise=0.015):
@@ -161,10 +229,10 @@ def pick_best(mod, attempts, spec):
 
 
 def tune(mod, land, strategy, rng=None, cv=0.0, noise=0.015, **kw):
-    cands = mod.mtp_tune_candidates(STEPS)
+    cands = candidates_of(mod, land)
     spec = dict(kw, strategy=strategy, seed=3, **judged(land, noise))
     attempts = []
-    for _i in range(60):
+    for _i in range(len(cands) + 60):
         nxt = next_launch(mod, attempts, cands, spec)
         if nxt is None:
             break
@@ -178,10 +246,10 @@ def tune(mod, land, strategy, rng=None, cv=0.0, noise=0.015, **kw):
 
 def truth(land):
     """True figure per candidate key, the true top and the sweep's noise-free winner."""
-    cands = NEW.mtp_tune_candidates(STEPS)
+    cands = candidates_of(NEW, land)
     vals = {}
     for cand in cands:
-        pr, ag, _acc = land["figures"](cand["steps"], land["level"])
+        pr, ag, _acc = _figures(land, cand, land["level"])
         vals[cand["key"]] = pr if land["objective"] == "latency" else ag
     return vals
 
@@ -440,6 +508,7 @@ def bench_search(args):
     print("\nNoise the tuner is not told (independent draws per launch and per strategy, %d tunes each):" % args.tunes)
     for cv in (0.025, 0.03):
         noise_bench(lands, algos[0][2], cv, args.tunes)
+    joint_bench(algos[0][2], args.tunes)
     settled = [tune_until_settled(land, algos[0][2]) for land in lands]
     misses = sum(1 for land, (_a, k) in zip(lands, settled)
                  if truth(land)[k] < max(truth(land).values()) * (1.0 - band0) - 1e-9)
@@ -559,6 +628,36 @@ def long_list_bench(kw, steps=tuple(range(1, 17))):
                   open_lands))
     finally:
         STEPS = saved
+
+
+def joint_bench(kw, tunes, cv=0.025):
+    """The adaptive search over the joint grid (steps x topk x draft tokens) on the tree-extended
+    simulator landscapes: launches against the sweep of the grid, per topk lane, misses noise-free,
+    and with untold noise the winners within the band against the sweep's on their own draws."""
+    lands = joint_library()
+    n = len(candidates_of(NEW, lands[0]))
+    band = math.sqrt(2) * 0.015
+    launches = misses = 0
+    by_topk = {}
+    rows = []
+    for land in lands:
+        vals = truth(land)
+        atts, key = tune(NEW, land, "adaptive", **kw)
+        launches += len(atts)
+        for att in atts:
+            by_topk[att["candidate"]["topk"]] = by_topk.get(att["candidate"]["topk"], 0) + 1
+        miss = vals[key] < max(vals.values()) * (1 - band) - 1e-9
+        misses += miss
+        rows.append((land["name"], len(atts), key, max(vals, key=vals.get), miss))
+    print("\nJoint grid: steps %s x topk %s x draft tokens %s (the release's range steps+1 .. steps*topk+1): %d "
+          "candidates; the simulator's landscapes with a draft tree (made up in the tree part), noise-free:" % (
+              STEPS, list(JOINT_TOPK), list(JOINT_DRAFTS), n))
+    for name, count, key, best, miss in rows:
+        print("   %-42s %3d launches  winner %-10s best %-10s%s" % (name, count, key, best, "  MISS" if miss else ""))
+    print("   launches %d of %d = %.1f %% of the sweep (per topk lane: %s); winner off the band on %d of %d" % (
+        launches, n * len(lands), 100.0 * launches / (n * len(lands)),
+        ", ".join("topk %d: %d" % (k, by_topk[k]) for k in sorted(by_topk)), misses, len(lands)))
+    noise_bench(lands, kw, cv, tunes)
 
 
 def noise_bench(lands, kw, cv, tunes, told=False):
