@@ -34,4 +34,6 @@ echo "venv: creating $venv with $($py --version)"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet -r "$req"
 echo "$want" > "$stamp"
-echo "venv: ready ($("$venv/bin/ansible" --version | head -1))"
+# Read whole before cutting: head closing the pipe early makes ansible print a traceback.
+version=$("$venv/bin/ansible" --version 2>/dev/null) || true
+echo "venv: ready (${version%%$'\n'*})"
