@@ -22,7 +22,7 @@ def _link_collection():
 
 
 _link_collection()
-for path in (str(COLLECTIONS), str(ROOT / "sim")):
+for path in (str(COLLECTIONS), str(ROOT / "sim"), str(ROOT / "tests")):
     if path not in sys.path:
         sys.path.insert(0, path)
 os.environ.setdefault("ANSIBLE_COLLECTIONS_PATH", str(COLLECTIONS))

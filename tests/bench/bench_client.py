@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,19 +39,13 @@ COLLECTIONS = CACHE / "collections"
 FAKE = ROOT / "tests" / "fixtures" / "bench" / "fake_sglang.py"
 SIM_DIR = ROOT / "sim"
 MODEL = "Qwen/Qwen3.5-122B-A10B"
+sys.path.insert(0, str(ROOT / "tests"))
+from loopback import free_port  # noqa: E402
 
 
 def log(msg):
     sys.stderr.write("[bench] %s\n" % msg)
     sys.stderr.flush()
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def taskset(core):

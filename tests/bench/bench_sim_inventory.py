@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,14 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventories" / "sim" / "group_vars" / "sglang_nodes.yml"
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 from bench_client import COLLECTIONS  # noqa: E402  (one symlinked collection tree for both)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from loopback import free_port  # noqa: E402  (bench_client put tests/ on the path)
 
 
 def client_module():

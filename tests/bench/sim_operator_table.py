@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,15 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 COLLECTIONS = ROOT / ".cache" / "collections"
 SIM_DIR = ROOT / "sim"
 MODEL = "Qwen/Qwen3.5-122B-A10B"
+sys.path.insert(0, str(ROOT / "tests"))
+from loopback import free_port  # noqa: E402
 # DESIGN.md, the operator's measurements (tok/s): C=1 per request; aggregate at C=16 / C=32.
 OPERATOR = {1: {"c1": 123}, 3: {"c1": 234, "c32": 1979}, 4: {"c1": 277, "c16": 1596},
             5: {"c1": 282, "c16": 1119}}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_sim(steps, radix_off, scale, tmp):

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tests" / "gpu" / "real_sglang" / "tune_real.py"
@@ -35,13 +36,6 @@ def _load_tune_real():
 
 
 real_server = _load_tune_real().srv
-
-
-def _free_port():
-    import socket  # pylint: disable=import-outside-toplevel
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(name="sim_env")
@@ -65,7 +59,7 @@ def _tune(env, tmp_path, out, *extra, server_args="--model-path Qwen/Qwen3-8B"):
     argv = [sys.executable, str(TOOL), "--server-module", "sglang_sim.launch_server", "--algorithm", "NEXTN",
             "--server-args", server_args, "--steps", "1-3", "--levels", "1", "--bench-requests", "3",
             "--bench-input-len", "16", "--bench-output-len", "16", "--bench-time-scale", TIME_SCALE,
-            "--ready-timeout", "20", "--ready-poll", "0.2", "--stop-grace", "5", "--port", str(_free_port()),
+            "--ready-timeout", "20", "--ready-poll", "0.2", "--stop-grace", "5", "--port", str(free_port()),
             "--log-dir", str(tmp_path / "logs"), "--out", str(out)] + list(extra)
     res = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          timeout=120, check=False)

@@ -5,7 +5,6 @@ and chunk delay, injected HTTP errors, text that ignores max_tokens, usage only 
 LLMock serves chat only (no /v1/completions, no /generate), so these tests use endpoint=chat."""
 
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner
 
@@ -22,20 +22,12 @@ if LLMOCK is None:
                 "requirements-dev.txt", allow_module_level=True)
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 @pytest.fixture
 def llmock(tmp_path):
     procs = []
 
     def start(*extra):
-        port = _free_port()
+        port = free_port()
         log = open(tmp_path / ("llmock-%d.log" % port), "wb")
         proc = subprocess.Popen([LLMOCK, "serve", "--host", "127.0.0.1", "--port", str(port),
                                  "--log-level", "warning"] + list(extra),

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM = ROOT / "sim"
@@ -31,17 +31,9 @@ from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_tra
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_workload as wl  # noqa: E402
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 class Sim:
     def __init__(self, tmp_path, extra=(), steps=3):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         state, dev = tmp_path / "state", tmp_path / "dev"
         state.mkdir(exist_ok=True)

@@ -5,23 +5,18 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM_DIR = ROOT / "sim"
 MODEL = "Qwen/Qwen3.5-122B-A10B"
 SPEC3 = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
          "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sim_env(tmp_path, **extra):

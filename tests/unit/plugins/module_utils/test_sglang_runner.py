@@ -3,12 +3,12 @@ every failure path, each bounded in time), its check-mode plan and its event-loo
 
 import asyncio
 import json
-import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from loopback import free_port
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner as runner
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_workload as wl
@@ -90,18 +90,10 @@ def test_dataset_prompts_and_duration_mode():
     assert "prompts" not in res["config"]
 
 
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_unreachable_server_is_a_clear_error():
     t0 = time.time()
     with pytest.raises(runner.BenchError) as exc:
-        _run("http://127.0.0.1:%d" % _free_port())
+        _run("http://127.0.0.1:%d" % free_port())
     assert "cannot reach the SGLang server" in str(exc.value)
     assert time.time() - t0 < 5
 
