@@ -140,18 +140,24 @@ def t_ppf(p, df):
         return 0.0
     if p < 0.5:
         return -t_ppf(1.0 - p, df)
-    lo, hi = 0.0, 1.0
+    hi = 1.0
     while t_cdf(hi, df) < p:
         hi *= 2.0
         if hi > 1e12:
             return float("inf")
-    for dummy in range(200):
+    return bisect_up(lambda t: t_cdf(t, df), p, 0.0, hi, iterations=200, rel_tol=1e-12)
+
+
+def bisect_up(fn, target, lo, hi, iterations=60, rel_tol=0.0):
+    """Where the non-decreasing ``fn`` reaches ``target`` within [lo, hi], by bisection: the
+    midpoint after ``iterations`` halvings, or once the interval is below ``rel_tol`` of hi."""
+    for dummy in range(iterations):
         mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
+        if fn(mid) < target:
             lo = mid
         else:
             hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
+        if rel_tol and hi - lo < rel_tol * max(1.0, hi):
             break
     return (lo + hi) / 2.0
 

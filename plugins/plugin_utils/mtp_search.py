@@ -13,7 +13,7 @@ __metaclass__ = type
 import math
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.bench_metrics import (
-    accept_length_high_deeper, accept_lengths_by_depth)
+    accept_length_high_deeper, accept_lengths_by_depth, bisect_up)
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
@@ -46,14 +46,7 @@ def _chain_tau(k, alpha):
 def _alpha_of(k, tau):
     """The per-token acceptance that gives accept length ``tau`` at depth ``k`` (bisection)."""
     tau = min(max(float(tau), 1.0), float(k + 1))
-    lo, hi = 0.0, 1.0
-    for _i in range(40):
-        mid = (lo + hi) / 2.0
-        if _chain_tau(k, mid) < tau:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2.0
+    return bisect_up(lambda alpha: _chain_tau(k, alpha), tau, 0.0, 1.0, iterations=40)
 
 
 class Lane(object):
