@@ -138,14 +138,6 @@ def mtp_tune_no_winner_message(attempts, spec=None, restored=False, summary=None
     return msg
 
 
-def _get(node, *path):
-    for key in path:
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
-
-
 def mtp_tune_smoke_due(winner_key, unit_changed, previous=None):
     """True when the converged server must be benchmarked (a smoke run): its unit changed (so the
     server restarted), or the node's last convergence was to another setting or was never
@@ -153,11 +145,9 @@ def mtp_tune_smoke_due(winner_key, unit_changed, previous=None):
 
     ``previous``: the converge record of the node's last run (key, verify.ok), or None.
     """
-    if unit_changed:
-        return True
-    if _get(previous, "key") != winner_key:
-        return True
-    return not _get(previous, "verify", "ok")
+    previous = previous if isinstance(previous, dict) else {}
+    verify = previous.get("verify") if isinstance(previous.get("verify"), dict) else {}
+    return bool(unit_changed or previous.get("key") != winner_key or not verify.get("ok"))
 
 
 class FilterModule(object):
