@@ -26,13 +26,7 @@ def mtp_tune_pool_identity(gpus, workload=None, settings=None):
 
 def mtp_tune_pool_problems(hosts, hostvars, name="_mtp_tune_pool_identity"):
     """Why the nodes ``hosts`` cannot tune together (empty: they can), from each one's identity."""
-    identities = {}
-    for host in hosts or []:
-        try:
-            identities[host] = hostvars[host].get(name)
-        except KeyError:
-            identities[host] = None
-    return mtp_pool.pool_problems(identities)
+    return mtp_pool.pool_problems(mtp_pool.host_facts(hostvars, hosts, name))
 
 
 def mtp_tune_pool_attempts(hostvars, hosts):

@@ -163,15 +163,23 @@ def identity(gpus, workload, settings):
             "gpu_count": len(cards), "workload": workload, "settings": settings}
 
 
+def host_facts(hostvars, hosts, name):
+    """Each node's fact ``name`` (None where the node or the fact is missing), by node."""
+    out = {}
+    for host in hosts or []:
+        try:
+            out[host] = hostvars[host].get(name)
+        except KeyError:
+            out[host] = None
+    return out
+
+
 def pool_attempts(hostvars, hosts, name="_mtp_tune_attempts"):
     """Every node's attempts in one list, in node order, each tagged with its ``node``."""
     out = []
-    for host in sorted(hosts or []):
-        try:
-            atts = hostvars[host].get(name)
-        except KeyError:
-            atts = None
-        for att in atts or []:
+    facts = host_facts(hostvars, hosts, name)
+    for host in sorted(facts):
+        for att in facts[host] or []:
             if isinstance(att, dict):
                 att = dict(att)
                 att.setdefault("node", host)
