@@ -33,13 +33,13 @@ fi
 # --- ansible-lint and sanity, beside pytest ----------------------------------------------
 # Both only read the tree (sanity a mirror of it), and pytest spends most of its time waiting on
 # the servers its integration tests start: on two cores the three together take about as long as
-# pytest alone. Each writes "ok|FAILED seconds name" to checks.results, folded in after pytest.
+# pytest alone. Each writes "ok|FAILED seconds" beside its log (<log>.result), folded in after pytest.
 check_bg() {  # name, log, command...
   local name=$1 log=$2; shift 2
   local s; s=$(date +%s)
   note "$name (beside pytest)"
-  if "$@" >"$log" 2>&1; then echo "ok $(( $(date +%s) - s )) $name" >>"$logs/checks.results"
-  else echo "FAILED $(( $(date +%s) - s )) $name" >>"$logs/checks.results"; fi
+  if "$@" >"$log" 2>&1; then echo "ok $(( $(date +%s) - s ))" >"$log.result"
+  else echo "FAILED $(( $(date +%s) - s ))" >"$log.result"; fi
 }
 checks=()
 [[ " $stages " == *" lint "* ]] && checks+=("ansible-lint|$logs/ansible-lint.log|ansible-lint --offline")
@@ -80,9 +80,9 @@ fi
 wait "$checks_pid"
 for c in "${checks[@]}"; do
   IFS='|' read -r name log _cmd <<<"$c"
-  line=$(awk -v n="$name" '{ st = $1; sec = $2; $1 = ""; $2 = ""; sub(/^  /, ""); if ($0 == n) print st, sec }' \
-         "$logs/checks.results" 2>/dev/null | tail -n 1)
-  if [[ $line == ok* ]]; then passed=$((passed + 1)); report+=("$name ok (${line##* }s, beside pytest)")
+  st=FAILED; sec=0
+  [[ -f $log.result ]] && read -r st sec <"$log.result"
+  if [[ $st == ok ]]; then passed=$((passed + 1)); report+=("$name ok (${sec}s, beside pytest)")
   else failed=$((failed + 1)); report+=("$name FAILED"); stage_fail "$name" "$log"; fi
 done
 
