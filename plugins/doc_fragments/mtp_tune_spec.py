@@ -109,4 +109,11 @@ options:
             that is wider).
         type: float
         default: 0.05
+      converge:
+        description:
+          - The run converges the node on the winner (C(mtp_tune_converge)). The converged server's smoke benchmark
+            then measures the winner at every level of O(spec.levels) where no launch has, so no launch is spent
+            completing the winner's table (P(blackwell.sglang.mtp_tune_complete#filter) completes its ties only).
+        type: bool
+        default: false
 """

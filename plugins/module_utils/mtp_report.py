@@ -134,6 +134,7 @@ def levels_of(doc):
         for c in (att.get("metrics") or {}):
             if str(c).isdigit():
                 out.add(int(c))
+    out.update(int(c) for c in converge_levels(doc)[1])
     return sorted(out)
 
 
@@ -206,10 +207,35 @@ def _fmt(value):
     return str(value)
 
 
+def converge_levels(doc):
+    """The converged winner's figures per level (its smoke benchmark measured every level where no
+    launch of it had, mtp_tune_smoke_levels), as ``(converge record, {level: figures})``; the
+    second is {} when the record has none."""
+    conv = doc.get("converge") if isinstance(doc.get("converge"), dict) else {}
+    levels = conv.get("levels") if isinstance(conv.get("levels"), dict) else {}
+    return conv, dict((str(c), lv) for c, lv in levels.items() if str(c).isdigit() and isinstance(lv, dict))
+
+
+def _converge_attempt(doc):
+    """The converge's smoke as a row of the tables (no launch of the search: the run's last restart)."""
+    conv, levels = converge_levels(doc)
+    if not levels:
+        return None
+    winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
+    same = winner.get("key") == conv.get("key")
+    return {"key": conv.get("key"), "candidate": winner.get("candidate") if same else {},
+            "overrides": winner.get("overrides") if same else {}, "status": "ok", "metrics": levels,
+            "timings": {"started": conv.get("at")}}
+
+
 def csv_rows(doc):
-    """One row per attempt and measured level; a failed attempt is one row without figures."""
+    """One row per attempt and measured level; a failed attempt is one row without figures. The
+    converged winner's smoke at every level, where it measured them, follows as attempt
+    ``converge``."""
     rows = []
-    for i, att in enumerate(doc.get("attempts") or [], 1):
+    conv = _converge_attempt(doc)
+    numbered = list(enumerate(doc.get("attempts") or [], 1)) + ([("converge", conv)] if conv else [])
+    for i, att in numbered:
         cand = att.get("candidate") or {}
         ov = att.get("overrides") or {}
         tm = att.get("timings") or {}
@@ -411,9 +437,15 @@ def render_summary(doc):
                    s.get("remeasure_launches", 0), "on" if s.get("fit_retry") else "off"))
     search = s.get("search_levels")
     if isinstance(search, list) and search and sorted(str(c) for c in search) != sorted(str(c) for c in levels):
-        out.append("- Search benchmarked C=%s only (mtp_tune_search_levels=judged); the winner and the candidates "
-                   "tied with it were launched again and measured at every level (rows marked \"all levels\")" % (
-                       ",".join(str(c) for c in search)))
+        if converge_levels(doc)[1]:
+            out.append("- Search benchmarked C=%s only (mtp_tune_search_levels=judged); the candidates tied with the "
+                       "winner were launched again and measured at every level (rows marked \"all levels\"), and the "
+                       "winner by the converged server's smoke benchmark (row marked \"converged\")" % (
+                           ",".join(str(c) for c in search)))
+        else:
+            out.append("- Search benchmarked C=%s only (mtp_tune_search_levels=judged); the winner and the candidates "
+                       "tied with it were launched again and measured at every level (rows marked \"all levels\")" % (
+                           ",".join(str(c) for c in search)))
     out.append("- Server launches: %s (%s failed) over %s candidates; wall time %s (starting %s, benchmarking %s)" % (
         stats.get("launches", "-"), stats.get("failed_launches", "-"), stats.get("candidates", "-"),
         _duration(stats.get("wall_s")), _duration(stats.get("launch_s")), _duration(stats.get("bench_s"))))
@@ -495,6 +527,12 @@ def render_summary(doc):
             cells = [_failure_text(att)] + [""] * (len(levels) - 1)
         out.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), _duration(tm.get("launch_s")),
                                               _duration(tm.get("bench_s"))))
+    conv = _converge_attempt(doc)
+    if conv:
+        metrics = conv["metrics"]
+        out.append("| **%s** converged | %s | - | - |" % (
+            _label(conv) if conv.get("candidate") else conv.get("key"),
+            " | ".join(_cell(metrics[str(c)]) if str(c) in metrics else "-" for c in levels)))
     limited = sum(1 for a in doc.get("attempts") or [] if a.get("status") == "ok"
                   for lv in (a.get("metrics") or {}).values() if level_metrics(lv)["client_limited"])
     if matter:

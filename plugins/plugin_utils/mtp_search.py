@@ -497,6 +497,14 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
     return _labelled(nxt) if nxt else None
 
 
+def _measured_at(attempts, key, overrides, want):
+    """Whether a contender's table is complete: a launch of it (same settings) measured every
+    level of ``want``."""
+    return any((a.get("key") or candidate_key(a["candidate"])) == key and (a.get("overrides") or {}) == (overrides or {})
+               and a.get("status") == "ok" and all(level_of(a, c) is not None for c in want)
+               for a in attempts)
+
+
 def mtp_tune_complete(attempts, spec=None):
     """After the search: the next contender to launch again and measure at every level, or None.
 
@@ -506,6 +514,10 @@ def mtp_tune_complete(attempts, spec=None):
     winner first. That launch's judged figure joins the earlier ones like a re-measurement (it
     may move the decision: the new winner is completed in turn). A contender is completed once:
     a failed completing launch is not repeated. Stops at ``spec.max_launches`` like the search.
+
+    With ``spec.converge`` the winner is left out: converging restarts it anyway, and its smoke
+    benchmark measures every level (mtp_tune_smoke_levels), which saves a model load and a
+    judged-level benchmark. Its ties are still completed here, before the converge.
 
     Returns ``{"candidate", "overrides", "fit_rung", "reason", "label", "levels"}`` or None.
     """
@@ -519,13 +531,14 @@ def mtp_tune_complete(attempts, spec=None):
     if best["winner"] is None or not want:
         return None
     by_key = dict((r["key"], r) for r in best["ranking"])
-    contenders = [best["winner"]] + [by_key[k] for k in best["tied"] if k != best["winner"]["key"] and k in by_key]
+    contenders = [] if spec.converge else [best["winner"]]
+    contenders += [by_key[k] for k in best["tied"] if k != best["winner"]["key"] and k in by_key]
     for row in contenders:
         same = [a for a in attempts if (a.get("key") or candidate_key(a["candidate"])) == row["key"]
                 and (a.get("overrides") or {}) == (row["overrides"] or {})]
         if any(str(a.get("reason") or "").startswith(COMPLETE_REASON) for a in same):
             continue
-        if any(a.get("status") == "ok" and all(level_of(a, c) is not None for c in want) for a in same):
+        if _measured_at(same, row["key"], row["overrides"], want):
             continue
         role = "the winner" if row is best["winner"] else "tied with the winner"
         nxt = _labelled({"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
@@ -534,3 +547,22 @@ def mtp_tune_complete(attempts, spec=None):
         nxt["levels"] = want
         return nxt
     return None
+
+
+def mtp_tune_smoke_levels(winner, attempts, spec=None):
+    """The levels the converged winner's smoke benchmark measures: the level its figure was judged
+    at, and with ``spec.converge`` every other level of ``spec.levels`` too while no launch of the
+    winner measured them all (mtp_tune_complete left its table to the converge). Sorted; [] when
+    there is no winner.
+
+    ``winner``: the run's winner (mtp_tune_winner: key, overrides, score.level).
+    """
+    spec = spec_from(spec)
+    if not isinstance(winner, dict) or not winner.get("key"):
+        return []
+    judged = (winner.get("score") or {}).get("level")
+    out = set() if judged in (None, "") else {as_int(judged, "the winner's level")}
+    want = list(spec.levels)
+    if spec.converge and want and not _measured_at(list(attempts or []), winner["key"], winner.get("overrides"), want):
+        out.update(want)
+    return sorted(out or want)

@@ -184,6 +184,7 @@ SPEC_KEYS = (
     ("remeasure_launches", 0, "mtp_tune_remeasure_launches"),
     ("noise_launches", 0, "mtp_tune_noise_launches"),
     ("verify_tolerance", 0.05, "mtp_tune_verify_tolerance"),
+    ("converge", False, "mtp_tune_converge"),
 )
 SPEC_FIELDS = tuple(k for k, _d, _v in SPEC_KEYS)
 _TRUE = ("true", "yes", "on", "1")
@@ -196,7 +197,9 @@ class TuneSpec(namedtuple("TuneSpec", SPEC_FIELDS)):
     ``level``: the concurrency the objective is judged at (None: the objective's default, or for
     slo every level); ``levels``: the run's concurrency levels (sorted, each once), which
     mtp_tune_complete measures a contender at; ``fit_classes``: the failure classes a fit retry is
-    for, as given (None: the defaults of each use).  The rest as the role variables of the same
+    for, as given (None: the defaults of each use); ``converge``: the run ends by converging the
+    node on the winner, whose smoke benchmark then completes the winner's table (mtp_tune_complete
+    leaves the winner to it).  The rest as the role variables of the same
     name (``mtp_tune_<key>``).
     """
 
@@ -268,7 +271,7 @@ def spec_from(value=None):
     false = none); ``level``, ``seed``, ``max_launches``, ``remeasure_launches``,
     ``noise_launches``: integers; ``levels``: a list of integers; ``slo_min_tps``,
     ``slo_max_ttft_p99_ms``: numbers; ``noise``, ``verify_tolerance``: fractions >= 0;
-    ``fit_retry``: a boolean; ``fit_classes``: a list of failure classes.
+    ``fit_retry``, ``converge``: booleans; ``fit_classes``: a list of failure classes.
     """
     if isinstance(value, TuneSpec):
         return value
@@ -306,4 +309,5 @@ def spec_from(value=None):
             got["remeasure_launches"], var["remeasure_launches"]),
         noise_launches=0 if _absent(got["noise_launches"]) else as_int(got["noise_launches"], var["noise_launches"]),
         verify_tolerance=as_fraction(got["verify_tolerance"], var["verify_tolerance"], 0.05),
+        converge=_flag(got["converge"], var["converge"]),
     )

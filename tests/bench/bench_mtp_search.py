@@ -530,12 +530,14 @@ def bench_search(args):
     return summary
 
 
-def complete(mod, land, attempts, levels, rng=None, cv=0.0, noise=0.015):
+def complete(mod, land, attempts, levels, rng=None, cv=0.0, noise=0.015, converge=False):
     """The role's completing launches after the search (mtp_tune_complete): each measured at
-    every level; returns how many there were."""
+    every level; returns how many there were. With ``converge`` the winner is left to the
+    converged server's smoke (spec key converge, in refs that have it)."""
     n = 0
+    extra = {"converge": True} if converge else {}
     for _i in range(len(STEPS)):
-        nxt = mod.mtp_tune_complete(attempts, dict(judged(land, noise), levels=levels))
+        nxt = mod.mtp_tune_complete(attempts, dict(judged(land, noise), levels=levels, **extra))
         if nxt is None:
             break
         cand = nxt["candidate"]
@@ -568,18 +570,31 @@ def wall_bench(lands, kw):
         # the report's levels: the landscape's and one more, so every tune has a table to complete
         want = sorted(set(land["levels"]) | {land["level"], 2 * max(land["levels"])})
         done = complete(NEW, land, atts[:], want)
-        rows.append((len(atts), done))
+        ties = complete(NEW, land, atts[:], want, converge=True) if "converge" in NEW.SPEC_FIELDS else None
+        rows.append((len(atts), done, ties))
     n = len(STEPS)
+    smoke = WALL_BENCH_MIN  # the converge's smoke at the judged level, after any strategy
     for load in WALL_LOAD_MIN:
         full = load + WALL_BENCH_MIN * len(WALL_LEVELS)
         judged = load + WALL_BENCH_MIN
         sweep = n * full * len(lands)
-        adaptive_all = sum(a * full for a, _k in rows)
-        adaptive_judged = sum(a * judged + k * full for a, k in rows)
+        adaptive_all = sum(a * full for a, _k, _t in rows)
+        adaptive_judged = sum(a * judged + k * full for a, k, _t in rows)
         print("   load %.0f min: sweep %.0f min; adaptive at every level %.1f %% of it; adaptive at the judged level "
               "+ completing %.1f %% (%d completing launches over %d landscapes)" % (
                   load, sweep, 100.0 * adaptive_all / sweep, 100.0 * adaptive_judged / sweep,
-                  sum(k for _a, k in rows), len(lands)))
+                  sum(k for _a, k, _t in rows), len(lands)))
+        if rows and rows[0][2] is not None:
+            # The converge restarts the winner after any strategy (load + smoke): the sweep's smoke
+            # measures the judged level, the adaptive's every level of the winner's table.
+            conv_extra = WALL_BENCH_MIN * (len(WALL_LEVELS) - 1)
+            adaptive_conv = sum(a * judged + t * full + conv_extra for a, _k, t in rows)
+            with_sweep = sweep + len(lands) * (load + smoke)
+            with_adaptive = adaptive_conv + len(lands) * (load + smoke)
+            print("      winner's table from the converge's smoke (ties completed by launches, %d over %d landscapes): "
+                  "%.1f %% of the sweep; counting the converge's restart and smoke after both: %.1f %%" % (
+                      sum(t for _a, _k, t in rows), len(lands), 100.0 * adaptive_conv / sweep,
+                      100.0 * with_adaptive / with_sweep))
 
 
 def model_bench(lands, kw):

@@ -20,7 +20,8 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_level_metrics, mtp_tune_node_noise, mtp_tune_pick_best, mtp_tune_progress, mtp_tune_rank, mtp_tune_score,
     mtp_tune_verify)
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import Lane, mtp_tune_complete, mtp_tune_next
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
+    Lane, mtp_tune_complete, mtp_tune_next, mtp_tune_smoke_levels)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     TuneSpec, mtp_tune_candidates, mtp_tune_levels, spec_from)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import (
@@ -704,14 +705,15 @@ def test_spec_defaults_and_normalisation():
     assert spec_from(None) == spec_from({}) == spec_from("") == TuneSpec(
         objective="latency", level=None, levels=(), slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015,
         strategy="adaptive", seed=3, probe_ends="high", fit_retry=False, fit_classes=None, max_launches=None,
-        remeasure_launches=0, noise_launches=0, verify_tolerance=0.05)
+        remeasure_launches=0, noise_launches=0, verify_tolerance=0.05, converge=False)
     # what -e gives (strings) reads as what the inventory gives; null and empty take the default
     spec = spec_from({"objective": "slo", "level": "8", "levels": ["32", 1, 8, 8], "slo_min_tps": "60",
                       "slo_max_ttft_p99_ms": "1500.5", "noise": "0.02", "seed": None, "probe_ends": True,
-                      "fit_retry": "yes", "fit_classes": ["oom_kv_cache"], "max_launches": "", "noise_launches": 2.0})
+                      "fit_retry": "yes", "fit_classes": ["oom_kv_cache"], "max_launches": "", "noise_launches": 2.0,
+                      "converge": "true"})
     assert (spec.level, spec.levels, spec.slo_min_tps, spec.slo_max_ttft_p99_ms) == (8, (1, 8, 32), 60, 1500.5)
     assert (spec.noise, spec.seed, spec.probe_ends, spec.fit_retry) == (0.02, 3, "both", True)
-    assert (spec.fit_classes, spec.max_launches, spec.noise_launches) == (("oom_kv_cache",), None, 2)
+    assert (spec.fit_classes, spec.max_launches, spec.noise_launches, spec.converge) == (("oom_kv_cache",), None, 2, True)
     assert spec_from({"probe_ends": False}).probe_ends == "none"
     assert spec_from(spec) is spec and spec.replace(level=1).level == 1 and spec.level == 8
 
@@ -728,6 +730,7 @@ def test_spec_defaults_and_normalisation():
     ({"verify_tolerance": "tight"}, "mtp_tune_verify_tolerance must be a number"),
     ({"seed": 2.5}, "mtp_tune_seed must be an integer"),
     ({"fit_retry": "maybe"}, "mtp_tune_fit_retry must be true or false"),
+    ({"converge": "later"}, "mtp_tune_converge must be true or false"),
     ({"fit_classes": "oom_kv_cache"}, "mtp_tune_fit_classes must be a list"),
     ({"max_launches": True}, "mtp_tune_max_launches must be an integer"),
     ({"min_gain": 0.03}, "the tuning spec has no key min_gain; its keys are objective, level"),
@@ -1050,6 +1053,58 @@ def test_complete_measures_the_tied_contenders_after_the_winner():
     assert second["candidate"]["key"] == "s5-k1-d6" and "tied with the winner" in second["reason"]
     done5 = dict(launch(second), reason=second["reason"])
     assert mtp_tune_complete([a4, a5, done4, done5], {"levels": [1, 16], "objective": "latency", "level": 1}) is None
+
+
+def test_complete_leaves_the_winner_to_the_converge_and_completes_its_ties():
+    """With the converge on, the winner's table is the converged server's smoke (no launch of its
+    own); a tie is still launched again, before the converge."""
+    cands = mtp_tune_candidates([4, 5])
+    a4 = launch({"candidate": cands[0], "overrides": {}, "fit_rung": None})
+    a5 = launch({"candidate": cands[1], "overrides": {}, "fit_rung": None})
+    for a in (a4, a5):
+        a["metrics"] = _only(a["metrics"], (1,))
+    spec = {"levels": [1, 16], "objective": "latency", "level": 1, "converge": True}
+    # steps 4 and 5 tie at C=1 (1.8 % apart), the cheaper 4 wins: only 5 is launched again
+    first = mtp_tune_complete([a4, a5], spec)
+    assert first["candidate"]["key"] == "s5-k1-d6" and "tied with the winner" in first["reason"]
+    done5 = dict(launch(first), reason=first["reason"])
+    assert mtp_tune_complete([a4, a5, done5], spec) is None
+    winner = mtp_tune_winner([a4, a5, done5], spec)
+    # the winner was measured at C=1 only: its smoke measures both levels; judged alone once complete
+    assert mtp_tune_smoke_levels(winner, [a4, a5, done5], spec) == [1, 16]
+    assert mtp_tune_smoke_levels(winner, [a4, a5, done5], dict(spec, converge=False)) == [1]
+    full4 = launch({"candidate": cands[0], "overrides": {}, "fit_rung": None})
+    assert mtp_tune_smoke_levels(winner, [a4, a5, full4], spec) == [1]
+    # another setting of the same candidate (a fitted one) does not complete the winner's table
+    fitted = dict(full4, overrides={"cuda_graph_max_bs": 8})
+    assert mtp_tune_smoke_levels(winner, [a4, a5, fitted], spec) == [1, 16]
+    assert mtp_tune_smoke_levels(None, [a4], spec) == [] and mtp_tune_smoke_levels({}, [], spec) == []
+    # a winner without a judged level (nothing to compare) is measured at every level
+    assert mtp_tune_smoke_levels({"key": "s4-k1-d5", "score": {}}, [], spec) == [1, 16]
+
+
+def test_judged_search_with_the_converge_launches_one_fewer_and_ends_with_the_same_winner():
+    """The role's loop with the converge on: the same search, one completing launch fewer (the
+    winner's), and the winner's smoke measuring every level. The winner is then measured once less:
+    a near-tie that two completing launches split (both measured twice, a narrower band; steps 5
+    leads 4 by 1.8 % at C=1) stays a tie, and the cheaper of the two wins, within the band of the
+    other."""
+    levels = (1, 4, 16, 32)
+    for objective in ("latency", "throughput"):
+        _plan, off, best_off = tune_judged(objective, levels)
+        plan, on, best_on = tune_judged(objective, levels, converge=True)
+        search_off = [a["key"] for a in off if not a["reason"].startswith("levels ")]
+        assert [a["key"] for a in on if not a["reason"].startswith("levels ")] == search_off
+        completing_off = [a["key"] for a in off if a["reason"].startswith("levels ")]
+        completing_on = [a["key"] for a in on if a["reason"].startswith("levels ")]
+        assert completing_off[0] == mtp_tune_pick_best(
+            [a for a in off if not a["reason"].startswith("levels ")], {"objective": objective, "level": plan["level"]}
+        )["winner"]["key"]
+        assert len(completing_on) == len(completing_off) - 1 and set(completing_on) <= set(completing_off)
+        assert best_on["winner"]["key"] == best_off["winner"]["key"] or best_on["winner"]["key"] in best_off["tied"] \
+            or best_off["winner"]["key"] in best_on["tied"]
+        winner = mtp_tune_winner(on, dict(objective=objective, level=plan["level"], levels=plan["levels"]))
+        assert mtp_tune_smoke_levels(winner, on, {"levels": plan["levels"], "converge": True}) == list(levels)
 
 
 def test_judged_search_under_noise_stays_bounded_and_completes_the_final_winner():

@@ -452,6 +452,33 @@ def test_summary_of_a_search_at_the_judged_level_marks_the_winners_full_row():
     assert "Search benchmarked" not in R.render_summary(R.finalize(d))
 
 
+def test_the_converged_winners_levels_are_its_row_in_the_summary_and_the_csv():
+    """After a search at the judged level with the converge on, the winner's other levels come
+    from the converged server's smoke benchmark (converge.levels), not from a launch of its own."""
+    d = doc()
+    d["settings"]["search_levels"] = [1]
+    d["attempts"] = [attempt(3, {1: (234.0, 230.0)}), attempt(4, {1: (277.0, 270.0)})]
+    d["converge"] = {"key": "s4-k1-d5", "at": "2026-12-02T16:00:00Z", "summary": "s4-k1-d5 restarted and ready",
+                     "verify": {"ok": True},
+                     "levels": {"1": level(1, 274.0, 269.0), "32": level(32, 51.0, 1730.0)}}
+    md = R.render_summary(R.finalize(d))
+    assert "the winner by the converged server's smoke benchmark (row marked \"converged\")" in md
+    assert "| **4 (5)** (winner) | 277 / 270 | - |" in md
+    assert "| **4 (5)** converged | 274 / 269 | 51 / 1730 | - | - |" in md
+    rows = list(csv.DictReader(io.StringIO(R.render_csv(R.finalize(d)))))
+    conv = [r for r in rows if r["attempt"] == "converge"]
+    assert [(r["key"], r["steps"], r["concurrency"], r["output_throughput"]) for r in conv] == [
+        ("s4-k1-d5", "4", "1", "269"), ("s4-k1-d5", "4", "32", "1730")]
+    # a smoke at the judged level alone (no levels stored) adds no row, and the older wording stays
+    d["converge"].pop("levels")
+    md = R.render_summary(R.finalize(d))
+    assert "converged |" not in md and "the winner and the candidates tied with it were launched again" in md
+    assert not [r for r in csv.DictReader(io.StringIO(R.render_csv(R.finalize(d)))) if r["attempt"] == "converge"]
+    # what set_fact may leave for "no levels" reads as none
+    d["converge"]["levels"] = "None"
+    assert "converged |" not in R.render_summary(R.finalize(d))
+
+
 def test_summary_names_what_the_model_alone_rules_out_and_where_it_broke():
     d = doc()
     d["settings"]["strategy"] = "adaptive"
