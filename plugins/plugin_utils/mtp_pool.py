@@ -20,9 +20,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import _decided as decided, mtp_tune_pick_best
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import deciding_attempts, mtp_tune_pick_best
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
-    _alpha_of, _chain_tau, mtp_tune_complete, tune_next)
+    alpha_of, chain_tau, mtp_tune_complete, tune_next)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import candidate_key, spec_from
 
 PENDING = "pending"
@@ -191,7 +191,7 @@ def _accept_length(cand, tau, top):
     """The accept length ``cand`` would have at the acceptance ``top`` measured (chain drafts;
     a tree keeps the figure as measured)."""
     if cand.get("topk") == 1 and top.get("topk") == 1 and top.get("draft_tokens", 0) > 1:
-        return _chain_tau(cand["draft_tokens"] - 1, _alpha_of(top["draft_tokens"] - 1, tau))
+        return chain_tau(cand["draft_tokens"] - 1, alpha_of(top["draft_tokens"] - 1, tau))
     return tau
 
 
@@ -203,7 +203,7 @@ def _belief(spec):
         top = mtp_tune_pick_best(attempts, spec)["top"]
         if top is None:
             return None
-        return believed(nxt, decided(attempts)[top["key"]], _accept_length)
+        return believed(nxt, deciding_attempts(attempts)[top["key"]], _accept_length)
     return believe
 
 

@@ -125,7 +125,7 @@ def mtp_tune_score(attempt, spec=None, tps_stat="mean"):
 
 # --------------------------------------------------------------------------- choosing
 
-def _decided(attempts):
+def deciding_attempts(attempts):
     """The deciding attempt per candidate: its last successful launch, else its last failure."""
     out = {}
     for att in attempts or []:
@@ -204,7 +204,7 @@ def mtp_tune_rank(attempts, spec=None):
     noise = spec.noise
     atts = list(attempts or [])
     rows = []
-    for key, att in _decided(atts).items():
+    for key, att in deciding_attempts(atts).items():
         sc = mtp_tune_score(att, spec)
         if att.get("status") == "ok" and sc["value"] is not None:
             same = [a for a in atts if (a.get("key") or candidate_key(a["candidate"])) == key

@@ -36,17 +36,17 @@ def _seed_index(cands, seed):
     return min(range(len(cands)), key=lambda i: (abs(cands[i]["steps"] - seed), cands[i]["steps"]))
 
 
-def _chain_tau(k, alpha):
+def chain_tau(k, alpha):
     """Tokens per verify round of a chain draft of depth ``k`` accepted with probability alpha."""
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def _alpha_of(k, tau):
+def alpha_of(k, tau):
     """The per-token acceptance that gives accept length ``tau`` at depth ``k`` (bisection)."""
     tau = min(max(float(tau), 1.0), float(k + 1))
-    return bisect_up(lambda alpha: _chain_tau(k, alpha), tau, 0.0, 1.0, iterations=40)
+    return bisect_up(lambda alpha: chain_tau(k, alpha), tau, 0.0, 1.0, iterations=40)
 
 
 class Lane(object):
@@ -101,7 +101,7 @@ class Lane(object):
                 continue
             tau = sorted(taus)[len(taus) // 2] if taus else None
             if tau is not None and chain and x >= 1:
-                alphas.append(_alpha_of(x, tau))
+                alphas.append(alpha_of(x, tau))
             self.tau[x] = tau
             self.points[x] = levels
         self.alpha = sum(alphas) / len(alphas) if alphas else None
@@ -109,7 +109,7 @@ class Lane(object):
         self.alpha_hi = min(1.0, max(alphas) + 2 * noise) if alphas else 1.0
         for x in self.tau:
             if self.tau[x] is None:
-                self.tau[x] = _chain_tau(x, self.alpha if self.alpha is not None else 1.0)
+                self.tau[x] = chain_tau(x, self.alpha if self.alpha is not None else 1.0)
         self.tau_cap = self._histogram_caps(lane, states) if chain else {}
         self.levels = sorted(measured_levels)
         self.series = {}
@@ -204,7 +204,7 @@ class Lane(object):
             # self-draft sweep depth 6 accepted 1.84, above what it allows from depth 2 (1.83).
             high = self.tau_cap[x] * (1 + self.noise)
         else:
-            high = _chain_tau(x, self.alpha_hi) if self.chain else float(x + 1)
+            high = chain_tau(x, self.alpha_hi) if self.chain else float(x + 1)
         right = [a for a in sorted(self.tau) if a > x]
         if right:
             high = min(high, self.tau[right[0]] * (1 + self.noise))
@@ -244,7 +244,7 @@ class Lane(object):
         series = self.series.get((c, "pr" if self.objective == "latency" else "ag"))
         if series is None or not series["pts"]:
             return None
-        tau = _chain_tau(x, self.alpha) if (self.chain and self.alpha is not None) else float(x + 1)
+        tau = chain_tau(x, self.alpha) if (self.chain and self.alpha is not None) else float(x + 1)
         return tau / self._t_mid(series, x)
 
     def bound(self, cand):

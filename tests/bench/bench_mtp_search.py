@@ -254,6 +254,25 @@ def truth(land):
     return vals
 
 
+def keeps_model(land):
+    """Whether ``land`` keeps the stated model over its chain candidates at the judged level (the
+    role README's): the accept length concave in the draft depth, and the time per verify round
+    (accept length over the judged figure) non-decreasing and convex in it. A landscape outside it
+    may defeat the search's bounds; the noise figures are given for both kinds apart."""
+    steps = sorted(set(c["steps"] for c in candidates_of(NEW, land) if c["topk"] == 1))
+    idx = 0 if land["objective"] == "latency" else 1
+    pts = []
+    for k in steps:
+        fig = _figures(land, {"steps": k, "topk": 1, "draft_tokens": k + 1, "key": "s%d-k1-d%d" % (k, k + 1)},
+                       land["level"])
+        pts.append((k, fig[2], fig[2] / fig[idx]))
+    eps = 1e-9
+    for (xa, ta, ra), (xb, tb, rb), (xc, tc, rc) in zip(pts, pts[1:], pts[2:]):
+        if (tc - tb) / (xc - xb) > (tb - ta) / (xb - xa) + eps or (rc - rb) / (xc - xb) < (rb - ra) / (xb - xa) - eps:
+            return False
+    return all(rb >= ra - eps for (_xa, _ta, ra), (_xb, _tb, rb) in zip(pts, pts[1:]))
+
+
 def _git_show(ref, path):
     try:
         return subprocess.check_output(["git", "-C", ROOT, "show", "%s:%s" % (ref, path)], stderr=subprocess.DEVNULL)
@@ -686,11 +705,14 @@ def noise_bench(lands, kw, cv, tunes, told=False):
     noise = 2 * cv if told else 0.015
     extra = {} if told else {"noise_launches": 1}
     tot = {"adaptive": 0, "sweep": 0}
+    inside = {"adaptive": 0, "sweep": 0, "lands": 0}
     launches = {"adaptive": 0, "sweep": 0}
     worse = []
     for li, land in enumerate(lands):
         vals = truth(land)
         top = max(vals.values())
+        keeps = keeps_model(land)
+        inside["lands"] += keeps
         got = {}
         for strategy in ("adaptive", "sweep"):
             n = 0
@@ -702,15 +724,18 @@ def noise_bench(lands, kw, cv, tunes, told=False):
                 launches[strategy] += len(atts)
             got[strategy] = n
             tot[strategy] += n
+            inside[strategy] += n if keeps else 0
         if got["adaptive"] < got["sweep"] - 2:
-            worse.append((land["name"], got["adaptive"], got["sweep"]))
+            worse.append((land["name"], got["adaptive"], got["sweep"], "" if keeps else ", outside the model"))
     runs = tunes * len(lands)
     print("   cv %.1f %% (%s): winner within the band (%.1f %%) of the true best: adaptive %d/%d, sweep %d/%d; "
           "launches per tune %.1f vs %.1f; landscapes where adaptive is more than 2/%d worse: %d%s" % (
               cv * 100, "told: mtp_tune_noise %.3f" % noise if told else "not told: floor 1.5 %, 1 noise launch",
               band * 100, tot["adaptive"], runs, tot["sweep"], runs, launches["adaptive"] / float(runs),
               launches["sweep"] / float(runs), tunes, len(worse),
-              (" (" + "; ".join("%s %d vs %d" % w for w in worse) + ")") if worse else ""))
+              (" (" + "; ".join("%s %d vs %d%s" % w for w in worse) + ")") if worse else ""))
+    print("      on the %d landscapes that keep the model (keeps_model): adaptive %d/%d, sweep %d/%d" % (
+        inside["lands"], inside["adaptive"], inside["lands"] * tunes, inside["sweep"], inside["lands"] * tunes))
 
 
 # --------------------------------------------------------------------------- fit benchmark
