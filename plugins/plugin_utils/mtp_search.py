@@ -18,7 +18,7 @@ from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
-    level_of, mtp_tune_pick_best, tie_band, under_node_noise)
+    level_of, mtp_tune_pick_best, mtp_tune_score, tie_band, under_node_noise)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     as_int, candidate_key, cost, spec_from)
 
@@ -178,11 +178,13 @@ class Lane(object):
         return {"pts": pts, "xs": xs, "mono": mono, "convex": convex}
 
     def _t_low(self, series, x):
-        """Lower bound of the round time at x (0.0: no bound)."""
-        if not series["mono"]:
-            return 0.0
+        """Lower bound of the round time at x (0.0: no bound); at a measured x, at least that
+        measurement less the noise (bound_wider asks at the chain's measured depths)."""
         n = self.noise
         pts = series["pts"]
+        own = pts[x] * (1 - n) if x in pts else 0.0
+        if not series["mono"]:
+            return own
         left = [a for a in series["xs"] if a < x]
         right = [a for a in series["xs"] if a > x]
         low = pts[left[-1]] * (1 - n) if left else 0.0
@@ -195,7 +197,7 @@ class Lane(object):
                 for b in right[i + 1:]:
                     slope = (pts[b] * (1 + n) - pts[a] * (1 - n)) / (b - a)
                     low = max(low, pts[a] * (1 - n) - (a - x) * slope)
-        return max(low, 0.0)
+        return max(low, own, 0.0)
 
     def _tau_high(self, x):
         if x in self.tau_cap:
@@ -210,12 +212,12 @@ class Lane(object):
             high = min(high, self.tau[right[0]] * (1 + self.noise))
         return high
 
-    def _rate_high(self, x, c, kind):
+    def _rate_high(self, x, c, kind, tau=None):
         series = self.series.get((c, kind))
         if series is None or not series["pts"]:
             return float("inf")
         low = self._t_low(series, x)
-        return self._tau_high(x) / low if low > 0 else float("inf")
+        return (self._tau_high(x) if tau is None else tau) / low if low > 0 else float("inf")
 
     def _t_mid(self, series, x):
         """Round time at x by linear interpolation of the measured points, extended above the
@@ -247,25 +249,81 @@ class Lane(object):
         tau = chain_tau(x, self.alpha) if (self.chain and self.alpha is not None) else float(x + 1)
         return tau / self._t_mid(series, x)
 
-    def bound(self, cand):
-        """Upper bound of the candidate's objective figure (inf: unbounded; None: cannot be feasible)."""
-        x = cand["draft_tokens"] - 1
+    def bound(self, cand, x=None, tau=None):
+        """Upper bound of the candidate's objective figure (inf: unbounded; None: cannot be feasible).
+
+        ``x`` and ``tau``: bound the figure at this lane's depth ``x`` with accept length ``tau``
+        instead of the candidate's own (bound_wider)."""
+        x = cand["draft_tokens"] - 1 if x is None else x
         level = self.level
         if not self.levels:
             return float("inf")
         if self.objective == "latency":
             c = level if level is not None else 1
-            return self._rate_high(x, c, "pr")
+            return self._rate_high(x, c, "pr", tau)
         if self.objective == "throughput":
             c = level if level is not None else self.levels[-1]
-            return self._rate_high(x, c, "ag")
+            return self._rate_high(x, c, "ag", tau)
         best = None
         for c in ([level] if level is not None else self.levels):
-            if self.slo_min is not None and self._rate_high(x, c, "pr") < self.slo_min:
+            if self.slo_min is not None and self._rate_high(x, c, "pr", tau) < self.slo_min:
                 continue
-            agg = self._rate_high(x, c, "ag")
+            agg = self._rate_high(x, c, "ag", tau)
             best = agg if best is None else max(best, agg)
         return best
+
+    def bound_wider(self, cand):
+        """Upper bound of a draft tree's figure (topk > 1) from this chain lane (topk 1): a tree of
+        depth s accepts at most s + 1 tokens per verify round (s drafts on one path and the bonus
+        token), and its round takes at least the chain's of the same depth, which verifies fewer
+        draft tokens after narrower draft steps. Where the chain rules its own depth s out this
+        way, no tree of depth s can win either (inf: no bound from the chain)."""
+        if not self.chain:
+            return float("inf")
+        return self.bound(cand, x=cand["steps"], tau=float(cand["steps"] + 1))
+
+
+def tighter_bound(a, b):
+    """The tighter of two upper bounds (None: cannot be feasible)."""
+    if a is None or b is None:
+        return None
+    return min(a, b)
+
+
+def narrower_bound(cand, states, spec):
+    """Upper bound of a draft tree's judged figure from the launches of smaller drafts (no more
+    steps, no more topk, no more draft tokens; a chain is one): its verify round takes at least
+    theirs, as it drafts as deep and as wide or more and verifies as many draft tokens or more,
+    and it accepts at most steps + 1 tokens a round. inf without such a launch, and for the slo
+    objective (judged over several figures)."""
+    spec = spec_from(spec)
+    if cand.get("topk", 1) <= 1 or spec.objective == "slo":
+        return float("inf")
+    slowest = 0.0
+    for st in states.values():
+        ok = (st or {}).get("ok")
+        other = (ok or {}).get("candidate") or {}
+        if not ok or other.get("steps", 0) > cand["steps"] or other.get("topk", 1) > cand["topk"] \
+                or other.get("draft_tokens", 0) > cand["draft_tokens"]:
+            continue
+        sc = mtp_tune_score(ok, spec)
+        tau = level_metrics(level_of(ok, sc["level"]))["accept_length"] if sc["value"] else None
+        if tau:
+            slowest = max(slowest, float(tau) / float(sc["value"]))
+    if slowest <= 0:
+        return float("inf")
+    return (cand["steps"] + 1) / (slowest * (1.0 - spec.noise))
+
+
+def tree_bound(cand, chain_model, states, spec):
+    """The tighter of a tree's two bounds from other lanes (Lane.bound_wider of the chain's
+    model, narrower_bound); inf for a chain or where neither has one."""
+    if cand.get("topk", 1) <= 1:
+        return float("inf")
+    ub = narrower_bound(cand, states, spec)
+    if chain_model is not None and chain_model.levels:
+        ub = tighter_bound(ub, chain_model.bound_wider(cand))
+    return ub
 
 
 def _can_win(ub, cand, best, band):
@@ -283,16 +341,13 @@ def _can_win(ub, cand, best, band):
     return True
 
 
-def _acq(ub, pred):
-    """Where the next launch is worth most: halfway between what the model expects there and
-    the most it could be (an unbounded candidate first: only a measurement bounds it)."""
-    if pred is None or ub == float("inf"):
-        return ub
-    return (ub + pred) / 2.0
-
-
-def _adaptive_lane(lane, states, seed_idx, best, spec):
+def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     """Next candidate of one lane and why, or (None, None) when the search of the lane is over.
+
+    ``chain``: the topk-1 candidates of the run, for a lane of draft trees (topk > 1); their
+    launches bound every tree of a depth they measured or bound (Lane.bound_wider), and then the
+    tree lane's seed, ends and neighbours are launched only where that bound leaves them able
+    to win.
 
     After the seed and the ends ``spec.probe_ends`` names, two rules in turn:
 
@@ -306,7 +361,10 @@ def _adaptive_lane(lane, states, seed_idx, best, spec):
        local optimum, also where the round times bend the other way than the bounds assume.
     """
     noise, probe_ends = spec.noise, spec.probe_ends
-    if lane[seed_idx]["key"] not in states:
+    wider = Lane(chain, states, spec) if chain and lane[0]["topk"] > 1 else None
+    if wider is not None and not wider.levels:
+        wider = None  # nothing of the chain measured yet: no bound from it
+    if lane[seed_idx]["key"] not in states and wider is None:
         return lane[seed_idx], "adaptive: seed"
     model = Lane(lane, states, spec)
     band = math.sqrt(2.0) * noise
@@ -315,14 +373,26 @@ def _adaptive_lane(lane, states, seed_idx, best, spec):
         if cand["key"] in states:
             continue
         ub = model.bound(cand)
+        pred = model.predict(cand)
+        if wider is not None:
+            ub = tighter_bound(ub, tree_bound(cand, wider, states, spec))
+            # a tree lane's own prediction knows no acceptance (x + 1 tokens a round): never above the bound
+            pred = None if (pred is None or ub is None) else min(pred, ub)
         if _can_win(ub, cand, best, band):
-            open_[i] = (ub, model.predict(cand))
+            open_[i] = (ub, pred)
+    if lane[seed_idx]["key"] not in states and seed_idx in open_:
+        return lane[seed_idx], "adaptive: seed"
     keys = [c["key"] for c in lane]
     top = best["top"]
     ref = keys.index(top["key"]) if top and top["key"] in keys else seed_idx
+    if wider is not None and (top is None or top["key"] not in keys):
+        # A tree lane that holds no best: its own local optimum is no answer, so no walk around
+        # its seed; what the bounds leave able to win is launched (rule 1), and the neighbours
+        # of its candidates within the band of the best (rule 2).
+        ref = None
     # Every candidate within the band of the top counts as a best: a near-tie may hide the
     # climb on its other side.
-    tops = [ref]
+    tops = [] if ref is None else [ref]
     if top is not None:
         for row in best["ranking"]:
             sc = row["score"]
@@ -344,11 +414,11 @@ def _adaptive_lane(lane, states, seed_idx, best, spec):
     if probe_ends in ("both", "low"):
         ends.append(0)
     for idx in ends:
-        if lane[idx]["key"] not in states:
+        if lane[idx]["key"] not in states and (wider is None or idx in open_):
             return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
     if top is not None and open_:
         preds = [(p if p is not None else ub, i) for i, (ub, p) in open_.items()]
-        val, i = max(preds, key=lambda r: (r[0], -abs(r[1] - ref)))
+        val, i = max(preds, key=lambda r: (r[0], -abs(r[1] - (seed_idx if ref is None else ref))))
         if val > top["score"]["value"]:
             return lane[i], "adaptive: predicted %.1f, could reach %.1f" % (val, open_[i][0])
     if near:
@@ -484,7 +554,7 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
         lane = lanes[topk]
         seed_idx = _seed_index(lane, spec.seed)
         while True:
-            cand, reason = _adaptive_lane(lane, states, seed_idx, best, spec)
+            cand, reason = _adaptive_lane(lane, states, seed_idx, best, spec, lanes.get(1))
             if cand is None:
                 break
             if cannot_fit(cand, states, classes):

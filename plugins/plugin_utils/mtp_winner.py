@@ -16,7 +16,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_node_noise, mtp_tune_pick_best, under_node_noise)
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import Lane
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import Lane, tighter_bound, tree_bound
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import spec_from
 
 
@@ -55,6 +55,9 @@ def mtp_tune_unverified(attempts, candidates, spec=None):
     for cand in candidates:
         lanes.setdefault(cand["topk"], []).append(cand)
     out = []
+    chain = lanes.get(1)
+    chain_sound = Lane(chain, states, spec, convex=False) if chain else None
+    chain_convex = Lane(chain, states, spec, convex=True) if chain else None
     for topk in sorted(lanes):
         lane = lanes[topk]
         sound = Lane(lane, states, spec, convex=False)
@@ -62,10 +65,11 @@ def mtp_tune_unverified(attempts, candidates, spec=None):
         for cand in lane:
             if cand["key"] in states or cannot_fit(cand, states, classes):
                 continue
-            ub = sound.bound(cand)
+            # a draft tree is bounded by the chain and the smaller drafts too (tree_bound)
+            ub = tighter_bound(sound.bound(cand), tree_bound(cand, chain_sound, states, spec))
             if ub is None or ub <= value * (1.0 + band):
                 continue
-            ubc = convex.bound(cand)
+            ubc = tighter_bound(convex.bound(cand), tree_bound(cand, chain_convex, states, spec))
             out.append({"key": cand["key"], "steps": cand["steps"], "topk": cand["topk"],
                         "draft_tokens": cand["draft_tokens"], "bound": _finite(ub, 3),
                         "gain": _finite(None if ub is None else ub / value - 1.0, 4),

@@ -674,10 +674,13 @@ def joint_bench(kw, tunes, cv=0.025):
     launches = misses = 0
     by_topk = {}
     rows = []
+    open_ = []
     for land in lands:
         vals = truth(land)
         atts, key = tune(NEW, land, "adaptive", **kw)
         launches += len(atts)
+        won = NEW.mtp_tune_winner(atts, judged(land), candidates=candidates_of(NEW, land))
+        open_.append(len(won["unverified"]))
         for att in atts:
             by_topk[att["candidate"]["topk"]] = by_topk.get(att["candidate"]["topk"], 0) + 1
         miss = vals[key] < max(vals.values()) * (1 - band) - 1e-9
@@ -691,6 +694,8 @@ def joint_bench(kw, tunes, cv=0.025):
     print("   launches %d of %d = %.1f %% of the sweep (per topk lane: %s); winner off the band on %d of %d" % (
         launches, n * len(lands), 100.0 * launches / (n * len(lands)),
         ", ".join("topk %d: %d" % (k, by_topk[k]) for k in sorted(by_topk)), misses, len(lands)))
+    print("   open under the model after the search (the report's \"could still beat the winner\"): %d candidates on "
+          "%d of %d landscapes" % (sum(open_), sum(1 for n_open in open_ if n_open), len(lands)))
     noise_bench(lands, kw, cv, tunes)
 
 

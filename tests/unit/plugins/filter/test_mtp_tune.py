@@ -21,7 +21,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import 
     mtp_tune_level_metrics, mtp_tune_node_noise, mtp_tune_pick_best, mtp_tune_progress, mtp_tune_rank, mtp_tune_score,
     mtp_tune_verify)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
-    Lane, mtp_tune_complete, mtp_tune_next, mtp_tune_smoke_levels)
+    Lane, mtp_tune_complete, mtp_tune_next, mtp_tune_smoke_levels, narrower_bound, tree_bound)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     TuneSpec, mtp_tune_candidates, mtp_tune_levels, spec_from)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import (
@@ -1156,6 +1156,102 @@ def test_model_check_names_a_bend_and_a_round_that_got_faster():
     # where the bend broke it, the winner keeps the candidates only convexity would have ruled out
     w = mtp_tune_winner(_rounds({3: 10.0, 4: 14.0, 6: 16.0}), {"objective": "latency"}, candidates=cands)
     assert not w["model"]["holds"] and all(not u["convex_rules_out"] for u in w["unverified"])
+
+
+# ---------------------------------------------------------------------------- draft trees (topk > 1)
+
+def _tree_att(cand, ms, tau):
+    """A launch of ``cand`` whose verify round takes ``ms`` at C=1 and accepts ``tau`` tokens."""
+    return {"key": cand["key"], "candidate": cand, "overrides": {}, "status": "ok",
+            "metrics": {"1": {"decode_tps_per_request": {"mean": tau / (ms / 1000.0)}, "accept_length": tau, "failed": 0}}}
+
+
+def test_a_tree_is_bounded_by_the_chain_and_by_smaller_drafts():
+    """A tree of depth s accepts at most s + 1 tokens a round, and its round takes at least the
+    chain's of that depth and any smaller draft's (no more steps, topk or draft tokens): the bound
+    is (s + 1) / the slowest such round, less the noise."""
+    cands = mtp_tune_candidates([3, 4, 5], topk=[1, 2], draft_tokens=[6, 8])
+    by = dict((c["key"], c) for c in cands)
+    atts = _rounds({3: 10.0, 4: 11.0, 5: 12.5})
+    spec = spec_from({"objective": "latency", "level": 1})
+    states = candidate_states(atts)
+    chain = Lane([c for c in cands if c["topk"] == 1], states, spec)
+    # from the chain's measured depth 4 (11 ms a round): 5 tokens / (11 ms x 0.985)
+    assert chain.bound_wider(by["s4-k2-d6"]) == pytest.approx(5 / 0.011 / 0.985)
+    assert narrower_bound(by["s4-k2-d6"], states, spec) == pytest.approx(5 / 0.011 / 0.985)
+    assert narrower_bound(by["s5-k2-d8"], states, spec) == pytest.approx(6 / 0.0125 / 0.985)
+    # a launched tree of depth 4 (14 ms) bounds the wider and deeper trees, not a shallower one
+    atts.append(_tree_att(by["s4-k2-d6"], 14.0, 4.2))
+    states = candidate_states(atts)
+    assert narrower_bound(by["s4-k2-d8"], states, spec) == pytest.approx(5 / 0.014 / 0.985)
+    assert narrower_bound(by["s5-k2-d8"], states, spec) == pytest.approx(6 / 0.014 / 0.985)
+    assert narrower_bound(by["s5-k2-d6"], states, spec) == pytest.approx(6 / 0.014 / 0.985)
+    assert narrower_bound(by["s3-k2-d6"], states, spec) == pytest.approx(4 / 0.010 / 0.985)
+    # the tighter of the two; nothing for a chain, or for the slo objective's several figures
+    assert tree_bound(by["s4-k2-d8"], chain, states, spec) == pytest.approx(5 / 0.014 / 0.985)
+    assert tree_bound(by["s4-k1-d5"], chain, states, spec) == float("inf")
+    assert narrower_bound(by["s4-k2-d8"], states, {"objective": "slo", "slo_min_tps": 10}) == float("inf")
+    # before any launch there is no bound
+    assert narrower_bound(by["s4-k2-d8"], {}, spec) == float("inf")
+
+
+def _tree_landscape(alpha, tree_gain):
+    """Round times (ms, C=1) of a chain, convex in depth; a tree of depth s takes 8 % longer per
+    topk step and 2 % per draft token past the chain's, and accepts ``tree_gain`` of what the
+    chain leaves below s + 1."""
+    chain_ms = {1: 8.0, 2: 9.0, 3: 10.0, 4: 11.5, 5: 13.5, 6: 16.0}
+
+    def launch_of(cand):
+        s, k, d = cand["steps"], cand["topk"], cand["draft_tokens"]
+        tau = _chain(s, alpha)
+        if k == 1:
+            return _tree_att(cand, chain_ms[s], tau)
+        ms = chain_ms[s] * (1 + 0.08 * (k - 1)) * (1 + 0.02 * (d - s - 1))
+        return _tree_att(cand, ms, tau + tree_gain * (s + 1 - tau))
+    return launch_of
+
+
+def _tune_trees(alpha, tree_gain):
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6], topk=[1, 2, 4], draft_tokens=[4, 6, 8, 12])
+    launch_of = _tree_landscape(alpha, tree_gain)
+    spec = {"objective": "latency", "level": 1, "seed": 3}
+    atts = []
+    for _round in range(len(cands) + 1):
+        nxt = mtp_tune_next(atts, cands, spec=spec)
+        if nxt is None:
+            break
+        atts.append(launch_of(nxt["candidate"]))
+    truth = dict((c["key"], mtp_tune_score(launch_of(c), spec)["value"]) for c in cands)
+    return cands, atts, truth, spec
+
+
+def test_a_chain_that_accepts_nearly_all_leaves_few_trees_to_launch():
+    """At acceptance 0.99 a tree cannot accept much more than the chain of its depth and takes
+    longer: the chain's launches rule out all but the trees at the winner's depth and the next,
+    where s + 1 tokens is still 2.5 % above the chain's accept length (3 of 25 trees launched);
+    the trees the report leaves open there are bounded a few per cent above the winner."""
+    cands, atts, truth, spec = _tune_trees(0.99, 0.5)
+    trees = [a for a in atts if a["candidate"]["topk"] > 1]
+    assert len(trees) <= 3 and all(a["candidate"]["steps"] >= 4 for a in trees)
+    assert len([c for c in cands if c["topk"] > 1]) == 25
+    w = mtp_tune_winner(atts, spec, candidates=cands)
+    assert truth[w["key"]] >= max(truth.values()) * (1 - math.sqrt(2) * 0.015)
+    # what stays open is bounded (a few per cent above the winner, at the depths the chain peaks),
+    # not "no bound" as a tree lane never launched would be on its own
+    open_trees = [u for u in w["unverified"] if u["topk"] > 1]
+    assert open_trees and all(u["bound"] is not None and u["gain"] < 0.07 and u["steps"] >= 4 for u in open_trees)
+
+
+def test_trees_that_accept_far_more_are_searched_and_win():
+    """At acceptance 0.6 a tree that recovers most of what the chain misses beats it: the tree
+    lanes are launched where their bounds leave them able to win, and the winner is within the
+    band of the best of the grid."""
+    cands, atts, truth, spec = _tune_trees(0.6, 0.8)
+    best = max(truth, key=truth.get)
+    assert not best.endswith(("-k1-d2", "-k1-d3", "-k1-d4", "-k1-d5", "-k1-d6", "-k1-d7"))
+    assert any(a["candidate"]["topk"] > 1 for a in atts) and len(atts) < len(cands)
+    w = mtp_tune_winner(atts, spec, candidates=cands)
+    assert truth[w["key"]] >= truth[best] * (1 - math.sqrt(2) * 0.015)
 
 
 # ---------------------------------------------------------------------------- the attempt record
