@@ -293,26 +293,34 @@ def tighter_bound(a, b):
 def narrower_bound(cand, states, spec):
     """Upper bound of a draft tree's judged figure from the launches of smaller drafts (no more
     steps, no more topk, no more draft tokens; a chain is one): its verify round takes at least
-    theirs, as it drafts as deep and as wide or more and verifies as many draft tokens or more,
-    and it accepts at most steps + 1 tokens a round. inf without such a launch, and for the slo
-    objective (judged over several figures)."""
+    theirs, as it drafts as deep and as wide or more and verifies as many draft tokens or more.
+    It accepts at most steps + 1 tokens a round, and at most what a launch of the same steps and
+    topk with as many draft tokens or more accepted: that one verifies the best d' - 1 of the same
+    expanded nodes, a superset of the best d - 1 (SGLang's EAGLE-2 tree). inf without a smaller
+    launch, and for the slo objective (judged over several figures)."""
     spec = spec_from(spec)
     if cand.get("topk", 1) <= 1 or spec.objective == "slo":
         return float("inf")
-    slowest = 0.0
+    slowest, most = 0.0, float(cand["steps"] + 1)
     for st in states.values():
         ok = (st or {}).get("ok")
         other = (ok or {}).get("candidate") or {}
-        if not ok or other.get("steps", 0) > cand["steps"] or other.get("topk", 1) > cand["topk"] \
-                or other.get("draft_tokens", 0) > cand["draft_tokens"]:
+        if not ok:
             continue
         sc = mtp_tune_score(ok, spec)
         tau = level_metrics(level_of(ok, sc["level"]))["accept_length"] if sc["value"] else None
-        if tau:
+        if not tau:
+            continue
+        if other.get("steps") == cand["steps"] and other.get("topk") == cand["topk"] \
+                and other.get("draft_tokens", 0) >= cand["draft_tokens"]:
+            # the same expanded tree, its best d' - 1 nodes verified: a superset of the best d - 1
+            most = min(most, float(tau) * (1.0 + spec.noise))
+        if other.get("steps", 0) <= cand["steps"] and other.get("topk", 1) <= cand["topk"] \
+                and other.get("draft_tokens", 0) <= cand["draft_tokens"]:
             slowest = max(slowest, float(tau) / float(sc["value"]))
     if slowest <= 0:
         return float("inf")
-    return (cand["steps"] + 1) / (slowest * (1.0 - spec.noise))
+    return most / (slowest * (1.0 - spec.noise))
 
 
 def tree_bound(cand, chain_model, states, spec):

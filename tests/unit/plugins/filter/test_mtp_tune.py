@@ -1187,6 +1187,14 @@ def test_a_tree_is_bounded_by_the_chain_and_by_smaller_drafts():
     assert narrower_bound(by["s5-k2-d8"], states, spec) == pytest.approx(6 / 0.014 / 0.985)
     assert narrower_bound(by["s5-k2-d6"], states, spec) == pytest.approx(6 / 0.014 / 0.985)
     assert narrower_bound(by["s3-k2-d6"], states, spec) == pytest.approx(4 / 0.010 / 0.985)
+    # a launch of the same steps and topk with more draft tokens verifies a superset of the nodes:
+    # its accept length (plus the noise) caps the narrower budget's, below steps + 1
+    atts.append(_tree_att(by["s5-k2-d8"], 16.0, 4.4))
+    states = candidate_states(atts)
+    assert narrower_bound(by["s5-k2-d6"], states, spec) == pytest.approx(4.4 * 1.015 / 0.014 / 0.985)
+    # not across depths: a shallower tree with a larger budget expands other nodes
+    atts.append(_tree_att(by["s4-k2-d8"], 15.0, 3.0))
+    assert narrower_bound(by["s5-k2-d6"], candidate_states(atts), spec) == pytest.approx(4.4 * 1.015 / 0.014 / 0.985)
     # the tighter of the two; nothing for a chain, or for the slo objective's several figures
     assert tree_bound(by["s4-k2-d8"], chain, states, spec) == pytest.approx(5 / 0.014 / 0.985)
     assert tree_bound(by["s4-k1-d5"], chain, states, spec) == float("inf")
