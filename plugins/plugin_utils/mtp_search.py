@@ -352,10 +352,10 @@ def _can_win(ub, cand, best, band):
 def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     """Next candidate of one lane and why, or (None, None) when the search of the lane is over.
 
-    ``chain``: the topk-1 candidates of the run, for a lane of draft trees (topk > 1); their
-    launches bound every tree of a depth they measured or bound (Lane.bound_wider), and then the
-    tree lane's seed, ends and neighbours are launched only where that bound leaves them able
-    to win.
+    ``chain``: the topk-1 candidates of the run. A tree of a lane with topk > 1 is bounded by
+    the chain's launches (Lane.bound_wider) and by every launch of a smaller draft (tree_bound);
+    once the chain has a launch, the tree lane's seed and ends are launched only where that bound
+    leaves them able to win.
 
     After the seed and the ends ``spec.probe_ends`` names, two rules in turn:
 
@@ -382,7 +382,7 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
             continue
         ub = model.bound(cand)
         pred = model.predict(cand)
-        if wider is not None:
+        if cand["topk"] > 1:
             ub = tighter_bound(ub, tree_bound(cand, wider, states, spec))
             # a tree lane's own prediction knows no acceptance (x + 1 tokens a round): never above the bound
             pred = None if (pred is None or ub is None) else min(pred, ub)
