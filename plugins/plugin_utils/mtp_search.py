@@ -111,6 +111,7 @@ class Lane(object):
             if self.tau[x] is None:
                 self.tau[x] = chain_tau(x, self.alpha if self.alpha is not None else 1.0)
         self.tau_cap = self._histogram_caps(lane, states) if chain else {}
+        self.tau_concave = chain and self._concave(self.tau, noise)
         self.levels = sorted(measured_levels)
         self.series = {}
         for c in self.levels:
@@ -165,6 +166,19 @@ class Lane(object):
                 caps[k] = min(caps.get(k, float("inf")), high)
         return caps
 
+    @staticmethod
+    def _concave(taus, n):
+        """Whether the measured accept lengths rise by no more with each draft token than with the
+        one before, within the noise (the chain's k-th draft token adds the chance that the first
+        k are all accepted, which never grows)."""
+        xs = sorted(x for x in taus if taus[x] is not None)
+        for a, b, c in zip(xs, xs[1:], xs[2:]):
+            left = (taus[b] * (1 + n) - taus[a] * (1 - n)) / (b - a)
+            right = (taus[c] * (1 - n) - taus[b] * (1 + n)) / (c - b)
+            if right > left:
+                return False
+        return True
+
     def _trust(self, pts):
         n = self.noise
         xs = sorted(pts)
@@ -205,11 +219,36 @@ class Lane(object):
             # mistakes come from. The chain model's geometric decay is not a bound: on the real
             # self-draft sweep depth 6 accepted 1.84, above what it allows from depth 2 (1.83).
             high = self.tau_cap[x] * (1 + self.noise)
+        elif self.use_convex and self.tau_concave and len(self.tau) >= 2:
+            # Two measured depths or more: the concavity bounds it (below); the chain's geometric
+            # decay at the highest acceptance measured is no bound where the acceptance of later
+            # draft positions given the earlier ones is higher than the first's.
+            high = float(x + 1)
         else:
             high = chain_tau(x, self.alpha_hi) if self.chain else float(x + 1)
         right = [a for a in sorted(self.tau) if a > x]
         if right:
             high = min(high, self.tau[right[0]] * (1 + self.noise))
+        if self.use_convex and self.tau_concave:
+            high = min(high, self._tau_concave_high(x))
+        return high
+
+    def _tau_concave_high(self, x):
+        """Upper end of the accept length at x from its concavity in the draft depth: outside two
+        measured depths it lies below the line through them (each end widened by the noise). With
+        the round time's convex lower bound this makes the figure single-peaked: a measured point
+        below a cheaper one caps everything dearer at about its own figure, and the other way round."""
+        n = self.noise
+        xs = sorted(a for a in self.tau if self.tau[a] is not None)
+        high = float("inf")
+        for i, a in enumerate(xs):
+            for b in xs[i + 1:]:
+                if x > b:
+                    slope = (self.tau[b] * (1 + n) - self.tau[a] * (1 - n)) / (b - a)
+                    high = min(high, self.tau[b] * (1 + n) + (x - b) * max(slope, 0.0))
+                elif x < a:
+                    slope = (self.tau[b] * (1 - n) - self.tau[a] * (1 + n)) / (b - a)
+                    high = min(high, self.tau[a] * (1 + n) - (a - x) * max(slope, 0.0))
         return high
 
     def _rate_high(self, x, c, kind, tau=None):

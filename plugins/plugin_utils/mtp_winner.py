@@ -86,6 +86,8 @@ def mtp_tune_model_check(attempts, candidates, spec=None):
     length and the rate): a round that gets faster with more draft tokens beyond the noise breaks
     monotony (no bound is used there); a bend the other way (an extra draft token costing less than
     the one before, beyond the noise) breaks convexity (only the monotone bound is used there). A
+    chain's accept length that rises more with a draft token than with the one before breaks its
+    concavity (its bound is not used). A
     change of server configuration between launches (a fitted running-request cap or graph batch)
     is such a bend as the model sees it. Returns ``{"holds", "broken": [text]}``.
     """
@@ -98,6 +100,10 @@ def mtp_tune_model_check(attempts, candidates, spec=None):
     broken = []
     for topk in sorted(lanes):
         lane = Lane(lanes[topk], states, spec, convex=True)
+        if lane.chain and not lane.tau_concave:
+            broken.append("topk %s: the accept length rose more with a draft token than with the one before (draft "
+                          "tokens %s); its concavity bound is not used" % (
+                              topk, ", ".join(str(x + 1) for x in sorted(lane.tau))))
         for (c, kind), series in sorted(lane.series.items()):
             judged = c == (level if level is not None else c) and kind == ("pr" if objective == "latency" else "ag")
             if not judged or len(series["xs"]) < 2:

@@ -599,6 +599,69 @@ def test_unverified_names_what_a_matching_landscape_could_make_win(values):
             assert v <= win * 1.001, (k, v, win)
 
 
+def _model_landscape(rng, steps):
+    """A landscape of the stated model that is no chain: each draft position accepted given the
+    earlier ones with its own probability (later ones may be likelier, as on real drafts), so the
+    accept length is concave but not geometric; the round time convex in depth."""
+    tau, reach, cond = {}, 1.0, rng.uniform(0.4, 0.95)
+    t, dt, total = {}, rng.uniform(0.0, 0.3), 1.0
+    acc = 1.0
+    for k in range(1, max(steps) + 1):
+        reach *= cond
+        acc += reach
+        cond = min(0.99, cond + rng.uniform(-0.05, 0.1))
+        total += dt
+        dt += rng.uniform(0.0, 0.1)
+        tau[k], t[k] = acc, total
+    return dict((k, (tau[k] / t[k] * 100.0, tau[k])) for k in steps)
+
+
+def test_concave_accept_length_bounds_hold_on_every_landscape_of_the_model():
+    """Noise-free, on 300 random landscapes of the stated model (accept length concave in depth,
+    not geometric; round time non-decreasing and convex), measured at random depths: no
+    unmeasured candidate's figure is above its bound_convex, and a peak measured with both
+    neighbours leaves nothing the model does not rule out (the figure is single-peaked)."""
+    steps = [1, 2, 3, 4, 5, 6, 8, 10]
+    cands = mtp_tune_candidates(steps)
+    rng = random.Random(7)
+    closed = 0
+    for _i in range(300):
+        land = _model_landscape(rng, steps)
+        measured = sorted(rng.sample(steps, rng.randint(2, 5)))
+        atts = [_att(k, {"1": {"decode_tps_per_request": {"mean": land[k][0]}, "accept_length": land[k][1],
+                                "failed": 0}}) for k in measured]
+        rows = mtp_tune_unverified(atts, cands, {"objective": "latency", "noise": 0.0})
+        for row in rows:
+            if row["bound_convex"] is not None:
+                assert land[row["steps"]][0] <= row["bound_convex"] * (1 + 1e-6), (land, measured, row)
+        best = max(measured, key=lambda k: land[k][0])
+        i = steps.index(best)
+        if all(steps[j] in measured for j in (i - 1, i + 1) if 0 <= j < len(steps)):
+            closed += 1
+            assert all(r["convex_rules_out"] for r in rows), (land, measured, rows)
+    assert closed >= 20
+
+
+def test_the_concave_accept_length_closes_what_the_chain_acceptance_leaves_open():
+    """Accept lengths 2.9, 3.2, 3.35 at steps 3, 4, 5 (per-position acceptance falling, no chain):
+    the highest chain acceptance among them (steps 3's) would let steps 6 accept 3.65 and beat the
+    peak at 4; the line through 4 and 5 caps it at 3.5, below the peak."""
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
+    atts = [_att(k, {"1": {"decode_tps_per_request": {"mean": v}, "accept_length": tau, "failed": 0}})
+            for k, v, tau in ((3, 100.0, 2.9), (4, 106.0, 3.2), (5, 105.0, 3.35))]
+    spec = {"objective": "latency", "noise": 0.0}
+    six = [u for u in mtp_tune_unverified(atts, cands, spec) if u["steps"] == 6][0]
+    round_5, round_4 = 3.35 / 105.0, 3.2 / 106.0
+    assert six["bound_convex"] == pytest.approx(3.5 / (2 * round_5 - round_4), rel=1e-3)
+    assert six["convex_rules_out"]
+    assert mtp_tune_winner(atts, spec, candidates=cands)["unverified"] == []
+    assert mtp_tune_model_check(atts, cands, spec)["holds"]
+    # an accept length that rises faster at 5 than at 4 breaks the concavity: named, and not used
+    atts[2]["metrics"]["1"]["accept_length"] = 3.6
+    check = mtp_tune_model_check(atts, cands, spec)
+    assert not check["holds"] and any("accept length rose more" in b for b in check["broken"])
+
+
 def test_unverified_is_empty_after_a_sweep_and_skips_what_cannot_fit():
     cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
     atts, _best = tune("sweep", "latency")
