@@ -395,6 +395,8 @@ def _unverified_line(winner):
     for u in rows:
         gain = as_number(u.get("gain"))
         what = "no bound: nothing cheaper was measured" if gain is None else "up to %+.0f %%" % (gain * 100)
+        if gain is not None and gain <= 0:
+            what += "; it has fewer draft tokens, so a tie goes to it"
         if u.get("convex_rules_out") is True:
             what += "; ruled out if each extra draft token costs at least the one before"
         parts.append("steps %s (%s)" % (u.get("steps"), what))
@@ -407,8 +409,9 @@ def _model_lines(winner):
     out = []
     rows = [u for u in winner.get("model_rules_out") or [] if isinstance(u, dict)]
     if rows:
-        out.append("- Ruled out by the model alone (a verify round's extra draft token never costs less than the one "
-                   "before, within one server configuration): %s" % ", ".join(
+        out.append("- Ruled out by the model alone (a chain's accept length concave in depth, and a verify round's "
+                   "extra draft token never costing less than the one before, within one server configuration): "
+                   "%s" % ", ".join(
                        "steps %s (%s)" % (u.get("steps"), "no bound without it" if as_number(u.get("gain")) is None
                                           else "up to %+.0f %% without it" % (as_number(u.get("gain")) * 100))
                        for u in rows))

@@ -373,7 +373,7 @@ def tree_bound(cand, chain_model, states, spec):
     return ub
 
 
-def _can_win(ub, cand, best, band):
+def can_win(ub, cand, best, band):
     """Whether a candidate whose figure is at most ``ub`` could still end as the winner."""
     if ub is None:
         return False
@@ -386,6 +386,26 @@ def _can_win(ub, cand, best, band):
             and ub <= winner["score"]["value"] / (1.0 - band):
         return False  # would tie with a cheaper winner at best
     return True
+
+
+def _open_in(lane, states, spec, best, wider=None):
+    """The lane's unmeasured candidates its bounds leave able to win, ``{index: (bound,
+    prediction)}``, and the lane's model (Lane)."""
+    model = Lane(lane, states, spec)
+    band = math.sqrt(2.0) * spec.noise
+    open_ = {}
+    for i, cand in enumerate(lane):
+        if cand["key"] in states:
+            continue
+        ub = model.bound(cand)
+        pred = model.predict(cand)
+        if cand["topk"] > 1:
+            ub = tighter_bound(ub, tree_bound(cand, wider, states, spec))
+            # a tree lane's own prediction knows no acceptance (x + 1 tokens a round): never above the bound
+            pred = None if (pred is None or ub is None) else min(pred, ub)
+        if can_win(ub, cand, best, band):
+            open_[i] = (ub, pred)
+    return open_, model
 
 
 def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
@@ -413,20 +433,8 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
         wider = None  # nothing of the chain measured yet: no bound from it
     if lane[seed_idx]["key"] not in states and wider is None:
         return lane[seed_idx], "adaptive: seed"
-    model = Lane(lane, states, spec)
     band = math.sqrt(2.0) * noise
-    open_ = {}
-    for i, cand in enumerate(lane):
-        if cand["key"] in states:
-            continue
-        ub = model.bound(cand)
-        pred = model.predict(cand)
-        if cand["topk"] > 1:
-            ub = tighter_bound(ub, tree_bound(cand, wider, states, spec))
-            # a tree lane's own prediction knows no acceptance (x + 1 tokens a round): never above the bound
-            pred = None if (pred is None or ub is None) else min(pred, ub)
-        if _can_win(ub, cand, best, band):
-            open_[i] = (ub, pred)
+    open_, model = _open_in(lane, states, spec, best, wider)
     if lane[seed_idx]["key"] not in states and seed_idx in open_:
         return lane[seed_idx], "adaptive: seed"
     keys = [c["key"] for c in lane]
@@ -455,6 +463,9 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
             if abs(j - i) > 1:
                 near.add(i + step)
     near = sorted(near)
+    if spec.strategy == "climb":
+        return _climb_step(lane, near, open_, top, lambda i: _open_after(lane, i, open_[i][1], model, states, spec,
+                                                                          best, wider))
     ends = []
     if probe_ends in ("both", "high"):
         ends.append(len(lane) - 1)
@@ -477,6 +488,47 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     if top is None and open_:
         return lane[min(open_)], "adaptive: nothing measured yet"
     return None, None
+
+
+def _open_after(lane, i, pred, model, states, spec, best, wider):
+    """How many of the lane's candidates would stay open if candidate ``i`` measured what the
+    model predicts for it (None: no prediction)."""
+    if pred is None:
+        return None
+    cand = lane[i]
+    x = cand["draft_tokens"] - 1
+    c = model.level if model.level is not None else (1 if model.objective == "latency" else model.levels[-1])
+    tau = chain_tau(x, model.alpha) if (model.chain and model.alpha is not None) else float(x + 1)
+    per_request, aggregate = (pred, pred * c) if model.objective == "latency" else (pred / float(c), pred)
+    guess = {"key": cand["key"], "candidate": cand, "overrides": {}, "status": "ok",
+             "metrics": {str(c): {"decode_tps_per_request": {"mean": per_request}, "output_throughput": aggregate,
+                                  "accept_length": tau, "failed": 0}}}
+    after = dict(states)
+    after[cand["key"]] = {"attempts": [guess], "ok": guess, "pending": None, "done": True, "fit": None}
+    return len(_open_in(lane, after, spec, best, wider)[0])
+
+
+def _climb_step(lane, near, open_, top, open_after):
+    """The climb's next launch in a lane (strategy climb): an unmeasured neighbour of the best, or
+    of a candidate within the band of it, that its bound leaves able to win (the one the model
+    predicts highest); then what the bounds leave able to win: the one the model predicts above
+    the best, else the one whose predicted figure would leave the fewest open (``open_after``).
+    Over when the bounds rule out everything unmeasured."""
+    if top is None and not open_:
+        return None, None
+    climb = [i for i in near if i in open_]
+    if climb:
+        i = sorted(climb, key=lambda i: (open_[i][1] is None, -(open_[i][1] or 0.0), i))[0]
+        return lane[i], "climb: next to the best"
+    if not open_:
+        return None, None
+    above = [i for i in open_ if open_[i][1] is not None and (top is None or open_[i][1] > top["score"]["value"])]
+    if above:
+        i = max(above, key=lambda i: (open_[i][1], -i))
+        return lane[i], "climb: predicted %.1f, could reach %.1f" % (open_[i][1], open_[i][0])
+    left = dict((i, open_after(i)) for i in open_)
+    i = min(open_, key=lambda i: (left[i] is None, left[i], -open_[i][0], i))
+    return lane[i], "climb: could reach %.1f" % open_[i][0]
 
 
 def _labelled(nxt):

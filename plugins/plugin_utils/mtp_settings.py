@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - ansible is always present where filter
 
 
 OBJECTIVES = ("latency", "throughput", "slo")
-STRATEGIES = ("sweep", "adaptive")
+STRATEGIES = ("sweep", "adaptive", "climb")
 SEARCH_LEVELS = ("judged", "all")
 PROBE_ENDS = ("both", "high", "low", "none")
 

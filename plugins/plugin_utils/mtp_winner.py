@@ -16,7 +16,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_node_noise, mtp_tune_pick_best, under_node_noise)
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import Lane, tighter_bound, tree_bound
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import Lane, can_win, tighter_bound, tree_bound
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import spec_from
 
 
@@ -34,12 +34,14 @@ def mtp_tune_unverified(attempts, candidates, spec=None):
       previous one did, which the search's own bounds use where the measured points agree
       (``None``: unbounded).
 
-    A candidate is listed when ``bound`` exceeds the winner's figure by more than the tie band
-    (``sqrt(2) x noise``); no measurement shows it cannot win, and a landscape that matches every
-    measurement exists where it does.  Candidates a cheaper one proved cannot fit are left out.
+    A candidate is listed when ``bound`` leaves it able to end as the winner, by the rule the
+    search prunes with (can_win): a candidate dearer than the winner above its figure by more
+    than the tie band (``sqrt(2) x noise``; within it, the cheaper winner keeps a tie), a cheaper
+    one within the band of the top; no measurement shows it cannot win, and a landscape that
+    matches every measurement exists where it does.  Candidates a cheaper one proved cannot fit are left out.
     Returns ``[{"key", "steps", "topk", "draft_tokens", "bound", "gain", "bound_convex",
     "gain_convex", "convex_rules_out"}]`` in list order; ``gain`` is ``bound`` over the winner's
-    figure, minus one; ``convex_rules_out``: ``bound_convex`` is within the band of the winner.
+    figure, minus one; ``convex_rules_out``: ``bound_convex`` leaves it unable to win.
     """
     spec = under_node_noise(attempts, spec_from(spec))
     noise = spec.noise
@@ -67,7 +69,7 @@ def mtp_tune_unverified(attempts, candidates, spec=None):
                 continue
             # a draft tree is bounded by the chain and the smaller drafts too (tree_bound)
             ub = tighter_bound(sound.bound(cand), tree_bound(cand, chain_sound, states, spec))
-            if ub is None or ub <= value * (1.0 + band):
+            if not can_win(ub, cand, best, band):
                 continue
             ubc = tighter_bound(convex.bound(cand), tree_bound(cand, chain_convex, states, spec))
             out.append({"key": cand["key"], "steps": cand["steps"], "topk": cand["topk"],
@@ -75,7 +77,7 @@ def mtp_tune_unverified(attempts, candidates, spec=None):
                         "gain": _finite(None if ub is None else ub / value - 1.0, 4),
                         "bound_convex": _finite(ubc, 3),
                         "gain_convex": _finite(None if ubc is None else ubc / value - 1.0, 4),
-                        "convex_rules_out": ubc is not None and ubc <= value * (1.0 + band)})
+                        "convex_rules_out": not can_win(ubc, cand, best, band)})
     return out
 
 

@@ -44,7 +44,7 @@ def tune_pool(land, strategy, q, rng=None, cv=0.0, noise=0.015, **kw):
     """A pooled tune on ``q`` nodes, driven through ``pool_next`` as the role drives it: each
     round every node asks for its launch from the same pool. Returns (attempts, rounds, winner key)."""
     cands = NEW.mtp_tune_candidates(B.STEPS)
-    spec = dict(kw, strategy=strategy, seed=3, **B.judged(land, noise))
+    spec = dict(kw, strategy=B.SEARCH if strategy == "adaptive" else strategy, seed=3, **B.judged(land, noise))
     hosts = ["node%d" % i for i in range(q)]
     attempts, rounds = [], 0
     while rounds < 60:
@@ -137,7 +137,11 @@ def main():
     ap.add_argument("--cv", type=float, default=0.025)
     ap.add_argument("--probe-ends", default="high", choices=NEW.PROBE_ENDS)
     ap.add_argument("--no-noise", action="store_true")
+    ap.add_argument("--strategy", default="adaptive", choices=("adaptive", "climb"),
+                    help="the search the figures call adaptive (mtp_tune_strategy)")
     args = ap.parse_args()
+    B.SEARCH = args.strategy
+    print("The checkout's search: mtp_tune_strategy %s" % B.SEARCH)
     kw = {"probe_ends": args.probe_ends}
     lands = B.library()
     rounds_bench(lands, args.nodes, "Library", kw)

@@ -228,8 +228,14 @@ def pick_best(mod, attempts, spec):
                                   spec.get("slo_max_ttft_p99_ms"), spec.get("noise", 0.015))
 
 
+# The checkout's search that the figures below call "adaptive" (--strategy: adaptive or climb).
+SEARCH = "adaptive"
+
+
 def tune(mod, land, strategy, rng=None, cv=0.0, noise=0.015, **kw):
     cands = candidates_of(mod, land)
+    if strategy == "adaptive" and mod is NEW:
+        strategy = SEARCH
     spec = dict(kw, strategy=strategy, seed=3, **judged(land, noise))
     attempts = []
     for _i in range(len(cands) + 60):
@@ -844,10 +850,15 @@ def main():
     ap.add_argument("--tunes", type=int, default=20)
     ap.add_argument("--cv", type=float, default=0.025)
     ap.add_argument("--probe-ends", default="high", choices=NEW.PROBE_ENDS)
+    ap.add_argument("--strategy", default="adaptive", choices=("adaptive", "climb"),
+                    help="the checkout's search the figures call adaptive (mtp_tune_strategy)")
     ap.add_argument("--baseline", nargs="*", default=["main"],
                     help="git refs whose adaptive search runs on the same landscapes (none: only this checkout's)")
     ap.add_argument("--no-fit", action="store_true")
     args = ap.parse_args()
+    global SEARCH  # pylint: disable=global-statement
+    SEARCH = args.strategy
+    print("The checkout's search: mtp_tune_strategy %s" % SEARCH)
     bench_search(args)
     if not args.no_fit:
         fit_bench()

@@ -49,10 +49,11 @@ def test_a_sweep_round_hands_each_node_a_distinct_candidate_in_node_order():
     assert not any(p["more"] for p in _round(pool, cands, {"strategy": "sweep"}))
 
 
-def test_the_adaptive_round_launches_distinct_candidates_and_ends_on_the_sequential_answer():
+@pytest.mark.parametrize("strategy", ["adaptive", "climb"])
+def test_the_adaptive_round_launches_distinct_candidates_and_ends_on_the_sequential_answer(strategy):
     cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
     truth = dict(zip([1, 2, 3, 4, 5, 6, 8, 10], [100, 128, 145, 172, 150, 135, 120, 105]))
-    spec = {"strategy": "adaptive"}
+    spec = {"strategy": strategy}
     pool, rounds = [], 0
     while True:
         plans = _round(pool, cands, spec, hosts=["n1", "n2"])

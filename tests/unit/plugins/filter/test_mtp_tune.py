@@ -486,12 +486,12 @@ def test_adaptive_picks_the_sweep_winner_with_fewer_launches(objective, winner):
     assert len(adapt_atts) < len(sweep_atts)
 
 
-def _shape(values, steps=(1, 2, 3, 4, 5, 6, 8, 10), alpha=0.9, probe_ends="high"):
+def _shape(values, steps=(1, 2, 3, 4, 5, 6, 8, 10), alpha=0.9, probe_ends="high", strategy="adaptive"):
     table = dict(zip(steps, values))
     cands = mtp_tune_candidates(list(steps))
     atts = []
     while True:
-        nxt = mtp_tune_next(atts, cands, spec={"strategy": "adaptive", "probe_ends": probe_ends})
+        nxt = mtp_tune_next(atts, cands, spec={"strategy": strategy, "probe_ends": probe_ends})
         if nxt is None:
             break
         k = nxt["candidate"]["steps"]
@@ -758,7 +758,7 @@ def test_adaptive_agrees_with_sweep_under_noise():
 
 def test_unknown_strategy():
     cands = mtp_tune_candidates([3])
-    with pytest.raises(AnsibleFilterError, match="mtp_tune_strategy must be one of sweep, adaptive, got 'random'"):
+    with pytest.raises(AnsibleFilterError, match="mtp_tune_strategy must be one of sweep, adaptive, climb, got 'random'"):
         mtp_tune_next([], cands, spec={"strategy": "random"})
 
 
@@ -905,6 +905,86 @@ def test_sim_default_profile_adaptive_matches_sweep(objective, winner):
     adapt, adapt_best = _sim_tune("adaptive", objective, perf)
     assert sweep_best["winner"]["key"] == adapt_best["winner"]["key"] == winner
     assert len(adapt) < len(sweep) == 8
+
+
+@pytest.mark.parametrize("objective,winner,most", [("latency", "s4-k1-d5", 4), ("throughput", "s3-k1-d4", 3)])
+def test_climb_on_the_simulator_takes_the_sweep_winner_and_leaves_nothing_open(objective, winner, most):
+    """The simulator keeps the stated model: the climb walks from the seed to the peak, measures its
+    neighbours, and the bounds then rule out the rest (no dear-end probe, no jump)."""
+    perf = pytest.importorskip("sglang_sim.perf", reason="the simulator package (sim/) is not importable")
+    adapt, _best = _sim_tune("adaptive", objective, perf)
+    climb, best = _sim_tune("climb", objective, perf)
+    assert best["winner"]["key"] == winner
+    assert len(climb) <= most < len(adapt)
+    assert all(a["candidate"]["steps"] < 10 for a in climb)
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
+    assert mtp_tune_winner(climb, {"objective": objective}, candidates=cands)["unverified"] == []
+    assert all(str(mtp_tune_next(climb[:i], cands, spec={"strategy": "climb", "objective": objective})["reason"])
+               .startswith(("adaptive: seed", "climb: ")) for i in range(len(climb)))
+
+
+def test_climb_on_a_long_list_launches_where_a_guess_closes_the_most():
+    """Steps 1..16 at acceptance 0.99, the verify round dearer by 2.2-2.3 units a draft token from
+    steps 5 on (0.3 below): a peak at 4 with near-ties behind it. The climb measures the ties'
+    neighbours (3..7), then what the noise still leaves open far up the list is closed by one launch
+    (the candidate whose predicted figure would leave the fewest open), not walked: 6 launches,
+    where adaptive probes 16 and walks down the near-ties to 4 (12)."""
+    steps = list(range(1, 17))
+    alpha = 0.99
+    rounds = dict((k, 10 + 0.3 * k if k <= 4 else 13.4 + 2.3 * (k - 5)) for k in steps)
+    values = [_chain(k, alpha) / rounds[k] * 1000.0 for k in steps]
+    atts, got = _shape(values, steps=steps, alpha=alpha, strategy="climb")
+    assert got == 4
+    reasons = [a["reason"] for a in atts]
+    assert sum(1 for r in reasons if r.startswith("climb: could reach")) == 1
+    cands = mtp_tune_candidates(steps)
+    assert mtp_tune_winner(atts, {"objective": "latency"}, candidates=cands)["unverified"] == []
+    assert len(atts) <= 6 < len(_shape(values, steps=steps, alpha=alpha)[0]), reasons
+
+
+def test_climb_falls_back_to_launching_where_the_launches_break_the_model():
+    """A round that gets faster with depth (outside the model) switches the bounds off: the climb
+    launches what they would have excluded and finds the optimum at 1 past the shoulder at 3-4."""
+    atts, got = _shape([110, 100, 99, 99.5, 97, 95, 92, 90], strategy="climb")
+    assert got == 1
+    cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6, 8, 10])
+    assert not mtp_tune_model_check(atts, cands, {"objective": "latency"})["holds"]
+
+
+def test_climb_replays_the_real_h200_sweep_like_the_sweep():
+    """tests/fixtures/real-sglang/live/tune_sweep.json replayed (SGLang 0.5.17, self-draft, steps
+    1..8 at C=1, one launch each): its rounds get faster with depth beyond the 1.5 % noise floor,
+    so the climb's bounds fall back and it launches all eight, ending on the sweep's winner; the
+    adaptive search, which probes and predicts, ends after five with three left open."""
+    import json
+    import os
+    live = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "real-sglang", "live")
+    with open(os.path.join(live, "tune_sweep.json")) as f:
+        by_key = dict((a["key"], dict(a, resumed=False)) for a in json.load(f)["attempts"])
+    cands = mtp_tune_candidates(list(range(1, 9)))
+    out = {}
+    for strategy in ("sweep", "adaptive", "climb"):
+        atts = []
+        while True:
+            nxt = mtp_tune_next(atts, cands, spec={"strategy": strategy})
+            if nxt is None:
+                break
+            atts.append(by_key[nxt["candidate"]["key"]])
+        out[strategy] = (len(atts), mtp_tune_winner(atts, candidates=cands))
+    assert out["climb"][0] == out["sweep"][0] == 8
+    assert out["climb"][1]["key"] == out["sweep"][1]["key"] == "s5-k1-d6"
+    assert not out["climb"][1]["model"]["holds"] and out["climb"][1]["unverified"] == []
+    assert out["adaptive"][0] < 8 and out["adaptive"][1]["unverified"]
+
+
+def test_climb_misses_a_second_peak_the_model_forbids():
+    """What the climb gives up against adaptive: a second, higher peak (outside the model, where
+    the figure is single-peaked) beyond a valley its launches never reach goes unseen; adaptive's
+    dear-end probe finds it."""
+    values = [80, 100, 95, 90, 88, 92, 107, 98]
+    _atts, got = _shape(values, strategy="climb")
+    assert got == 2
+    assert _shape(values)[1] == 8
 
 
 def test_sim_default_profile_with_its_noise_adaptive_agrees_with_sweep():
