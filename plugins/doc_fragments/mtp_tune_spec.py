@@ -60,10 +60,11 @@ options:
       strategy:
         description:
           - V(sweep) measures every candidate; V(adaptive) the seed, the list's ends and what the bounds leave
-            able to win.
+            able to win; V(climb) the seed, the neighbours of the best and of its ties, then what the bounds
+            leave able to win until nothing is (O(probe_ends) is not used).
         type: str
         default: adaptive
-        choices: [adaptive, sweep]
+        choices: [adaptive, sweep, climb]
       seed:
         description:
           - Steps the adaptive search starts from (the nearest candidate).

@@ -426,6 +426,9 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     2. the unmeasured neighbours in the list of the best measured candidate and of every
        candidate within the noise band of it, bounds or not: the answer is then a measured
        local optimum, also where the round times bend the other way than the bounds assume.
+
+    With ``spec.strategy`` climb, after the seed: _climb_step (no ends, no rule 1 jump, and a
+    neighbour only where its bound leaves it able to win).
     """
     noise, probe_ends = spec.noise, spec.probe_ends
     wider = Lane(chain, states, spec) if chain and lane[0]["topk"] > 1 else None
@@ -593,6 +596,12 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
       (and of any candidate within the band of it) are measured, so the answer is a measured
       local optimum.  The search ends when neither rule has a candidate left.  Never launches a
       candidate a cheaper one proved cannot fit.
+    - climb: per topk lane, the candidate nearest ``seed``, then the unmeasured neighbours of
+      the best and of its ties that the same bounds leave able to win, then whatever else they
+      leave able to win, until nothing is (_climb_step); ``probe_ends`` is not used.  Under the
+      stated model (accept length concave, round time convex in depth) the figure is
+      single-peaked, so the walk ends at the peak and the bounds close the rest; where the
+      launches break the model the bounds fall back and it launches what they no longer exclude.
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
 
