@@ -434,9 +434,11 @@ def render_summary(doc):
               "slo": "best aggregate tok/s with per-request tok/s >= %s and TTFT p99 <= %s ms" % (
                   s.get("slo_min_tps", "-"), s.get("slo_max_ttft_p99_ms", "-"))}.get(obj, obj)
     out.append("- Objective: **%s** (%s)" % (obj, judged))
-    out.append("- Strategy: %s (probe ends %s, noise band %s per measurement at least, noise launches %s, "
+    # only adaptive probes the list's ends; the sweep launches them anyway, the climb never on purpose
+    ends = "probe ends %s, " % s.get("probe_ends", "-") if s.get("strategy", "adaptive") == "adaptive" else ""
+    out.append("- Strategy: %s (%snoise band %s per measurement at least, noise launches %s, "
                "re-measure budget %s); fit search: %s" % (
-                   s.get("strategy", "-"), s.get("probe_ends", "-"), s.get("noise", "-"), s.get("noise_launches", 0),
+                   s.get("strategy", "-"), ends, s.get("noise", "-"), s.get("noise_launches", 0),
                    s.get("remeasure_launches", 0), "on" if s.get("fit_retry") else "off"))
     search = s.get("search_levels")
     if isinstance(search, list) and search and sorted(str(c) for c in search) != sorted(str(c) for c in levels):

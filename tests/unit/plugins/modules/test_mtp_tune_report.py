@@ -498,3 +498,17 @@ def test_summary_names_what_the_model_alone_rules_out_and_where_it_broke():
                                                        "before (draft tokens 4, 5, 7); only the monotone bound is used there"]}
     md = R.render_summary(R.finalize(d))
     assert "- The measurements break the model: topk 1 at C=1: an extra draft token cost less" in md
+
+
+def test_summary_names_the_end_probe_for_adaptive_only_and_a_cheaper_tie_it_would_win():
+    d = doc()
+    d["settings"].update(strategy="adaptive", probe_ends="high")
+    assert "- Strategy: adaptive (probe ends high, " in R.render_summary(R.finalize(d))
+    d["settings"]["strategy"] = "climb"
+    md = R.render_summary(R.finalize(d))
+    assert "- Strategy: climb (noise band " in md and "probe ends" not in md
+    d["winner"]["unverified"] = [{"key": "s2-k1-d3", "steps": 2, "topk": 1, "draft_tokens": 3, "bound": 270.0,
+                                  "gain": -0.01, "bound_convex": 270.0, "gain_convex": -0.01,
+                                  "convex_rules_out": False}]
+    line = [x for x in R.render_summary(R.finalize(d)).splitlines() if x.startswith("- Could still beat")]
+    assert len(line) == 1 and "steps 2 (up to -1 %; it has fewer draft tokens, so a tie goes to it)" in line[0]
