@@ -63,7 +63,7 @@ options:
             able to win; V(climb) the seed, the neighbours of the best and of its ties, then what the bounds
             leave able to win until nothing is (O(probe_ends) is not used).
         type: str
-        default: adaptive
+        default: climb
         choices: [adaptive, sweep, climb]
       seed:
         description:

@@ -137,7 +137,7 @@ def main():
     ap.add_argument("--cv", type=float, default=0.025)
     ap.add_argument("--probe-ends", default="high", choices=NEW.PROBE_ENDS)
     ap.add_argument("--no-noise", action="store_true")
-    ap.add_argument("--strategy", default="adaptive", choices=("adaptive", "climb"),
+    ap.add_argument("--strategy", default=NEW.spec_from(None).strategy, choices=("adaptive", "climb"),
                     help="the search the figures call adaptive (mtp_tune_strategy)")
     args = ap.parse_args()
     B.SEARCH = args.strategy

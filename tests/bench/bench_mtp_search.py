@@ -850,7 +850,7 @@ def main():
     ap.add_argument("--tunes", type=int, default=20)
     ap.add_argument("--cv", type=float, default=0.025)
     ap.add_argument("--probe-ends", default="high", choices=NEW.PROBE_ENDS)
-    ap.add_argument("--strategy", default="adaptive", choices=("adaptive", "climb"),
+    ap.add_argument("--strategy", default=NEW.spec_from(None).strategy, choices=("adaptive", "climb"),
                     help="the checkout's search the figures call adaptive (mtp_tune_strategy)")
     ap.add_argument("--baseline", nargs="*", default=["main"],
                     help="git refs whose adaptive search runs on the same landscapes (none: only this checkout's)")

@@ -767,7 +767,7 @@ def test_unknown_strategy():
 def test_spec_defaults_and_normalisation():
     assert spec_from(None) == spec_from({}) == spec_from("") == TuneSpec(
         objective="latency", level=None, levels=(), slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015,
-        strategy="adaptive", seed=3, probe_ends="high", fit_retry=False, fit_classes=None, max_launches=None,
+        strategy="climb", seed=3, probe_ends="high", fit_retry=False, fit_classes=None, max_launches=None,
         remeasure_launches=0, noise_launches=0, verify_tolerance=0.05, converge=False)
     # what -e gives (strings) reads as what the inventory gives; null and empty take the default
     spec = spec_from({"objective": "slo", "level": "8", "levels": ["32", 1, 8, 8], "slo_min_tps": "60",
@@ -1362,10 +1362,10 @@ def _tree_landscape(alpha, tree_gain):
     return launch_of
 
 
-def _tune_trees(alpha, tree_gain):
+def _tune_trees(alpha, tree_gain, strategy="adaptive"):
     cands = mtp_tune_candidates([1, 2, 3, 4, 5, 6], topk=[1, 2, 4], draft_tokens=[4, 6, 8, 12])
     launch_of = _tree_landscape(alpha, tree_gain)
-    spec = {"objective": "latency", "level": 1, "seed": 3}
+    spec = {"objective": "latency", "level": 1, "seed": 3, "strategy": strategy}
     atts = []
     for _round in range(len(cands) + 1):
         nxt = mtp_tune_next(atts, cands, spec=spec)
@@ -1391,6 +1391,12 @@ def test_a_chain_that_accepts_nearly_all_leaves_few_trees_to_launch():
     # not "no bound" as a tree lane never launched would be on its own
     open_trees = [u for u in w["unverified"] if u["topk"] > 1]
     assert open_trees and all(u["bound"] is not None and u["gain"] < 0.07 and u["steps"] >= 4 for u in open_trees)
+    # the climb launches those few open trees too, and leaves nothing open
+    cands, atts, truth, spec = _tune_trees(0.99, 0.5, "climb")
+    trees = [a for a in atts if a["candidate"]["topk"] > 1]
+    assert len(trees) <= 4 and all(a["candidate"]["steps"] >= 4 for a in trees)
+    w = mtp_tune_winner(atts, spec, candidates=cands)
+    assert truth[w["key"]] >= max(truth.values()) * (1 - math.sqrt(2) * 0.015) and w["unverified"] == []
 
 
 def test_trees_that_accept_far_more_are_searched_and_win():
