@@ -467,8 +467,9 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
                 near.add(i + step)
     near = sorted(near)
     if spec.strategy == "climb":
-        return _climb_step(lane, near, open_, top, lambda i: _open_after(lane, i, open_[i][1], model, states, spec,
-                                                                          best, wider))
+        def open_after(i):
+            return _open_after(lane, i, open_[i][1], model, states, spec, best, wider)
+        return _climb_step(lane, near, open_, top, open_after)
     ends = []
     if probe_ends in ("both", "high"):
         ends.append(len(lane) - 1)

@@ -628,8 +628,8 @@ def test_concave_accept_length_bounds_hold_on_every_landscape_of_the_model():
     for _i in range(300):
         land = _model_landscape(rng, steps)
         measured = sorted(rng.sample(steps, rng.randint(2, 5)))
-        atts = [_att(k, {"1": {"decode_tps_per_request": {"mean": land[k][0]}, "accept_length": land[k][1],
-                                "failed": 0}}) for k in measured]
+        atts = [_att(k, {"1": {"decode_tps_per_request": {"mean": land[k][0]},
+                               "accept_length": land[k][1], "failed": 0}}) for k in measured]
         rows = mtp_tune_unverified(atts, cands, {"objective": "latency", "noise": 0.0})
         for row in rows:
             if row["bound_convex"] is not None:
