@@ -55,9 +55,10 @@ class Lane(object):
     Each launch gives, per concurrency level, per-request and aggregate tok/s and the accept
     length; dividing accept length by a rate gives a time per verify round.  The round time
     grows with the draft depth and, on every server the project knows, at a non-decreasing rate
-    (each extra draft token costs at least what the previous one did); the accept length follows
-    the chain model, capped at depths shallower than a launch by that launch's histogram of
-    correct drafts.  Together they bound every unmeasured candidate's figure from above; where
+    (each extra draft token costs at least what the previous one did); a chain's accept length
+    is concave in the depth (below the line through two measured depths, outside them; the chain
+    model at the highest measured acceptance where one depth was measured), and capped at other
+    depths than a launch's by that launch's histogram of correct drafts.  Together they bound every unmeasured candidate's figure from above; where
     the measured points contradict the convexity beyond the noise, only the monotone bound is
     used, and where they contradict monotony, no bound at all (the candidate must be measured).
 
