@@ -58,9 +58,10 @@ class Lane(object):
     (each extra draft token costs at least what the previous one did); a chain's accept length
     is concave in the depth (below the line through two measured depths, outside them; the chain
     model at the highest measured acceptance where one depth was measured), and capped at other
-    depths than a launch's by that launch's histogram of correct drafts.  Together they bound every unmeasured candidate's figure from above; where
-    the measured points contradict the convexity beyond the noise, only the monotone bound is
-    used, and where they contradict monotony, no bound at all (the candidate must be measured).
+    depths than a launch's by that launch's histogram of correct drafts.  Together they bound
+    every unmeasured candidate's figure from above; where the measured points contradict the
+    convexity beyond the noise, only the monotone bound is used, and where they contradict
+    monotony, no bound at all (the candidate must be measured).
 
     ``spec`` (a TuneSpec, or what spec_from takes) gives the objective, the level it is judged at,
     the noise and the SLO's per-request floor.
@@ -437,7 +438,6 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
         wider = None  # nothing of the chain measured yet: no bound from it
     if lane[seed_idx]["key"] not in states and wider is None:
         return lane[seed_idx], "adaptive: seed"
-    band = math.sqrt(2.0) * noise
     open_, model = _open_in(lane, states, spec, best, wider)
     if lane[seed_idx]["key"] not in states and seed_idx in open_:
         return lane[seed_idx], "adaptive: seed"
@@ -519,8 +519,6 @@ def _climb_step(lane, near, open_, top, open_after):
     predicts highest); then what the bounds leave able to win: the one the model predicts above
     the best, else the one whose predicted figure would leave the fewest open (``open_after``).
     Over when the bounds rule out everything unmeasured."""
-    if top is None and not open_:
-        return None, None
     climb = [i for i in near if i in open_]
     if climb:
         i = sorted(climb, key=lambda i: (open_[i][1] is None, -(open_[i][1] or 0.0), i))[0]

@@ -38,7 +38,8 @@ def mtp_tune_unverified(attempts, candidates, spec=None):
     search prunes with (can_win): a candidate dearer than the winner above its figure by more
     than the tie band (``sqrt(2) x noise``; within it, the cheaper winner keeps a tie), a cheaper
     one within the band of the top; no measurement shows it cannot win, and a landscape that
-    matches every measurement exists where it does.  Candidates a cheaper one proved cannot fit are left out.
+    matches every measurement exists where it does.  Candidates a cheaper one proved cannot fit
+    are left out.
     Returns ``[{"key", "steps", "topk", "draft_tokens", "bound", "gain", "bound_convex",
     "gain_convex", "convex_rules_out"}]`` in list order; ``gain`` is ``bound`` over the winner's
     figure, minus one; ``convex_rules_out``: ``bound_convex`` leaves it unable to win.
