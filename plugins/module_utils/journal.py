@@ -129,6 +129,11 @@ _RULES = (
         re.compile(r"--linear-replayssm-cache-len must be >= 1"),
         re.compile(r"--linear-attn-decode-backend flashkda is not supported"),
         re.compile(r"invalid SGLANG_RAGGED_VERIFY_MODE="),
+        # arg_groups/mamba_hook.py validate_mamba_no_buffer / validate_mamba_extra_buffer.
+        re.compile(r"no_buffer do not support overlap schedule"),
+        re.compile(r"no_buffer only supports page_size=1"),
+        re.compile(r"no_buffer do not support trtllm_mha attention backend"),
+        re.compile(r"extra_buffer is not supported for \S+; use no_buffer"),
     )),
     ("port_in_use", (
         re.compile(r"\[Errno 98\]"),

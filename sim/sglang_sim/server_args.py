@@ -410,6 +410,33 @@ WARN_REPLAYSSM_SPEC_SSM_DTYPE = ("--enable-linear-replayssm-spec with --mamba-ss
                                  "window; validate long-sequence accuracy and throughput.")
 
 
+MSG_NO_BUFFER_PAGE = "no_buffer only supports page_size=1."
+MSG_NO_BUFFER_OVERLAP = "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True."
+MSG_NO_BUFFER_TRTLLM = "no_buffer do not support trtllm_mha attention backend."
+MSG_EXTRA_BUFFER_ARCH = "extra_buffer is not supported for {arch}; use no_buffer."
+
+
+def validate_mamba_strategy(model, a):
+    """arg_groups/model_hook.py (the mamba radix cache handler) -> arg_groups/mamba_hook.py
+    validate_mamba_no_buffer / validate_mamba_extra_buffer, for an architecture with a mamba radix
+    cache and the radix cache on. Their AssertionErrors, with the release's texts. (The
+    extra_buffer's mamba_track_interval checks are not modelled: the sim has no such flag.)"""
+    arch = (model.get("architectures") or [""])[0]
+    if not model.get("hybrid") or arch not in memory.MAMBA_RADIX_CACHE_ARCHS or a.get("disable_radix_cache"):
+        return
+    strategy = a.get("mamba_radix_cache_strategy")
+    if strategy in ("extra_buffer", "extra_buffer_lazy"):
+        if arch not in memory.MAMBA_EXTRA_BUFFER_ARCHS or (a.get("linear_attn_backend") or "triton") != "triton":
+            raise ArgsError("AssertionError", MSG_EXTRA_BUFFER_ARCH.format(arch=arch))
+    elif strategy == "no_buffer":
+        if a.get("page_size") not in (1, None):
+            raise ArgsError("AssertionError", MSG_NO_BUFFER_PAGE)
+        if not a.get("disable_overlap_schedule"):
+            raise ArgsError("AssertionError", MSG_NO_BUFFER_OVERLAP)
+        if a.get("attention_backend") == "trtllm_mha":
+            raise ArgsError("AssertionError", MSG_NO_BUFFER_TRTLLM)
+
+
 def handle_linear_attn_backend(a, disaggregation_mode="null", verify_backend=None, environ=None):
     """arg_groups/attention_hook.py handle_linear_attn_backend, the parts the sim serves: the
     decode backend (--linear-attn-decode-backend, else --linear-attn-backend; an inherited
@@ -502,6 +529,7 @@ def resolve(ns, gpu_mem_mib, model=None):
     if model is not None:
         a["mamba_radix_cache_strategy"], a["disable_overlap_schedule"] = \
             memory.mamba_radix_cache_strategy(model, a)
+        validate_mamba_strategy(model, a)
     warnings.extend(handle_linear_attn_backend(a, disaggregation_mode, verify_backend))
 
     algo = a["speculative_algorithm"]

@@ -315,6 +315,8 @@ REPLAYSSM_REFUSALS = [
     "(--linear-attn-verify-backend triton or nv_cutedsl); got algorithm='NEXTN', verify=None. Use "
     "SGLANG_RAGGED_VERIFY_MODE=static.",
     "ValueError: --linear-replayssm-cache-len must be >= 1, got 0.",
+    "AssertionError: no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
+    "AssertionError: extra_buffer is not supported for Qwen3_5MoeForCausalLM; use no_buffer.",
 ]
 REPLAYSSM_HARMLESS = lines(
     "[2026-12-02 14:50:01] --enable-linear-replayssm-spec: setting --mamba-ssm-dtype float32 (cached "
