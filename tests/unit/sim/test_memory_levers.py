@@ -22,7 +22,7 @@ def _spec(steps):
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1)]
 
 
-def _operator(steps=None, extra=(), environ=None):
+def _operator(steps=None, extra=()):
     argv = ["--model-path", OPERATOR, "--tp-size", "4", "--kv-cache-dtype", "bf16"]
     argv += (_spec(steps) if steps else []) + list(extra)
     gpu = config.gpus({"profile": "rtx-pro-6000-x4", "gpu_memory_mib": None, "gpu_count": None})[0]
@@ -161,6 +161,7 @@ def test_state_slots_per_request(extra, ratio, strategy):
 def test_text_only_qwen35_gets_5_slots_on_0_5_23():
     args, _w, p = _trimmed(3)
     assert args["mamba_radix_cache_strategy"] == "extra_buffer" and memory.mamba_ratio(args) == 5
+    assert "5 state slots per request" in " ".join(p["warnings"])
 
 
 def test_plan_resolves_an_unresolved_strategy():
@@ -174,7 +175,7 @@ def test_plan_resolves_an_unresolved_strategy():
 
 # --------------------------------------------------------------------------- preconditions
 
-def _refused(argv_extra, steps=3, environ=None, monkeypatch=None):
+def _refused(argv_extra, steps=3):
     with pytest.raises(server_args.ArgsError) as err:
         _operator(steps, argv_extra)
     assert err.value.exc_type == "ValueError"
