@@ -319,8 +319,9 @@ def mamba_log_lines(model, args, p):
     allocates them: the persistent states for max_mamba_cache_size + 1 slots, and, with
     speculation, the per-draft-token scratch for the request pool + 1 (spec_state_size =
     max_running_requests after the cap): intermediate SSM states (none under
-    --enable-linear-replayssm-spec) and the deduplicated conv windows (D + K - 2 columns, CUDA,
-    linear chain); the ReplaySSM ring (GDN: record_len = L, fold False) for the same slots."""
+    --enable-linear-replayssm-spec) and the conv windows (deduplicated, D + K - 2 columns, for a
+    linear chain; D x (K - 1) for a tree); the ReplaySSM ring (GDN: record_len = L, fold False)
+    for the same slots."""
     if not p.get("max_mamba_cache_size"):
         return []
     gb = 1024.0  # MiB per GB as the release prints it (bytes / (1 << 30))
@@ -336,7 +337,11 @@ def mamba_log_lines(model, args, p):
         d = p["draft_tokens"]
         ssm_b = SSM_DTYPE_BYTES[args.get("mamba_ssm_dtype") or "float32"]
         inter = 0 if replay else layers * slots * d * hv * v_dim * k_dim * ssm_b
-        window = layers * slots * conv_dim * (d + model["linear_conv_kernel_dim"] - 2) * CONV_DTYPE_BYTES
+        width = model["linear_conv_kernel_dim"] - 1
+        # memory_pool.py conv_window_dedup_enabled: one shared (D + K - 2)-column window on CUDA
+        # for a linear chain; a tree (topk > 1) keeps D dense (K - 1)-column windows.
+        cols = d + width - 1 if (args.get("speculative_eagle_topk") or 1) <= 1 else d * width
+        window = layers * slots * conv_dim * cols * CONV_DTYPE_BYTES
         p["mamba_intermediate_ssm_mib"] = inter / MIB
         p["mamba_conv_window_mib"] = window / MIB
         lines.append(head + MSG_MAMBA_SPEC_TAIL.format(inter=inter / GIB, window=window / GIB))

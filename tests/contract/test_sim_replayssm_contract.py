@@ -176,6 +176,11 @@ def test_pool_allocation(expr):
     assert expr in re.sub(r"\s+", " ", body)
 
 
+def test_conv_window_dedup_rule():
+    body = rc.function_source(POOL, "conv_window_dedup_enabled")
+    assert "(speculative_eagle_topk is None or speculative_eagle_topk <= 1)" in body
+
+
 def test_request_pool_is_the_spec_state_size_and_conv_dtype_is_bf16():
     assert "mamba_spec_state_size=max_num_reqs" in rc.function_source(KVC, "KVCacheConfigurator._build_hybrid_req_pool")
     assert "conv_dtype = dtype_map.get(envs.SGLANG_MAMBA_CONV_DTYPE.get(), torch.bfloat16)" in \

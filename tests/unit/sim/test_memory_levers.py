@@ -287,6 +287,13 @@ def test_mamba_log_lines():
     assert "intermediate_ssm_state_cache size: 0.00GB" in head
     assert ring.startswith("GDN ReplaySSM ring buffers allocated (record_len=16, fold=False): d=")
     assert ring.endswith("rawv=0.090GB, rawk=0.023GB, ")
+    conv_dim = (2 * 16 * 128 + 64 * 128) // 4
+    assert plain["mamba_conv_window_mib"] == pytest.approx(36 * 23 * conv_dim * (4 + 2) * 2 / memory.MIB)
+    tree_argv = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk",
+                 "2", "--speculative-num-draft-tokens", "6"]
+    _a, _w, tree = _operator(None, tree_argv)
+    slots = tree["max_running_requests"] + 1
+    assert tree["mamba_conv_window_mib"] == pytest.approx(36 * slots * conv_dim * 6 * 3 * 2 / memory.MIB)
     (only,) = nospec["mamba_log"]
     assert "intermediate" not in only and only.endswith("GB ")
 
