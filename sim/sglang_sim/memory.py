@@ -11,7 +11,9 @@ Each step follows the release's own code (paths relative to ``sglang/srt/``):
    ``free - pre*(1-mem_fraction_static) - multimodal reservation``; for a hybrid
    (linear-attention) model ``_handle_max_mamba_cache`` first takes the state pool, solved
    jointly with the draft-token count (or sized from --max-running-requests when the radix cache
-   is off), and raises ``Not enough GPU memory for hybrid ...`` when no state slot fits; a
+   is off; under --enable-linear-replayssm-spec without intermediate states, the ReplaySSM ring
+   charged as fixed scratch), and raises ``Not enough GPU memory for hybrid ...`` when no state
+   slot fits; a
    budget that is gone raises ``ValueError: Loaded weights leave no GPU memory for the KV cache``;
 4. ``model_executor/pool_configurator.py`` ``DefaultPoolConfigurator.calculate_pool_sizes``: KV
    tokens = budget // bytes per token (full-attention layers + the draft layer), page-aligned;
