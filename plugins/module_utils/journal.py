@@ -18,7 +18,10 @@ crash leaves several symptoms in one journal and the *cause* comes first in this
     arguments``, ``ambiguous option``, ``invalid choice``), or startup validation refused a
     combination (unknown speculative algorithm, trtllm_mha with topk > 1, a ``--context-length``
     above the model's derived one: ``configs/model_config.py`` ``_derive_context_length``, the
-    same text in 0.5.17 and 0.5.23, seen on an H200). Fix the unit.
+    same text in 0.5.17 and 0.5.23, seen on an H200; a ReplaySSM lever whose preconditions do
+    not hold, ``arg_groups/attention_hook.py`` ``handle_linear_attn_backend``: topk > 1, a decode
+    backend other than triton/flashinfer, the extra_buffer radix strategy, a PD prefill role,
+    both ReplaySSM flags at once). Fix the unit.
 ``port_in_use``
     the HTTP port is taken (uvicorn's ``[Errno 98]`` / ``address already in use``, or
     ``<name> at <port> is not available in <n> seconds`` from ``utils/network.py``). The info
@@ -116,6 +119,21 @@ _RULES = (
         re.compile(r"trtllm_mha backend only supports topk = 1"),
         # raised, not the warning SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 logs and goes on from
         re.compile(r"ValueError: Warning: .*context_length \(\d+\) is greater than the derived"),
+        # arg_groups/attention_hook.py handle_linear_attn_backend: the ReplaySSM levers'
+        # preconditions (topk, decode backend, radix strategy, PD role, exclusivity, ring length).
+        re.compile(r"--enable-linear-replayssm(-spec)? requires "),
+        re.compile(r"--enable-linear-replayssm-spec with SGLANG_RAGGED_VERIFY_MODE=\S+ requires "),
+        re.compile(r"--enable-linear-replayssm-spec and --enable-linear-replayssm are mutually exclusive"),
+        re.compile(r"--enable-linear-replayssm-spec is not supported on a PD prefill server"),
+        re.compile(r"--enable-linear-replayssm is not supported under PD disaggregation"),
+        re.compile(r"--linear-replayssm-cache-len must be >= 1"),
+        re.compile(r"--linear-attn-decode-backend flashkda is not supported"),
+        re.compile(r"invalid SGLANG_RAGGED_VERIFY_MODE="),
+        # arg_groups/mamba_hook.py validate_mamba_no_buffer / validate_mamba_extra_buffer.
+        re.compile(r"no_buffer do not support overlap schedule"),
+        re.compile(r"no_buffer only supports page_size=1"),
+        re.compile(r"no_buffer do not support trtllm_mha attention backend"),
+        re.compile(r"extra_buffer is not supported for \S+; use no_buffer"),
     )),
     ("port_in_use", (
         re.compile(r"\[Errno 98\]"),

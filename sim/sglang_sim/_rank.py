@@ -121,12 +121,11 @@ class _Rank(object):
             # kv_cache_configurator.py / pool_configurator.py raise these while sizing.
             raise _SizingError(fail["exc_type"], fail["message"])
         pool = plan["mamba_mib"] + plan["kv_mib"]
-        if plan["mamba_mib"]:
-            self.log("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: "
-                     "%.2fGB, ssm_state size: %.2fGB intermediate_ssm_state_cache size: %.2fGB "
-                     % (plan["max_mamba_cache_size"], _gb(plan["mamba_conv_mib"]),
-                        _gb(plan["mamba_ssm_mib"]), _gb(plan["mamba_intermediate_mib"])))
+        # kv_cache_configurator.py sizes first (its warnings), then builds the pools
+        # (memory_pool.py MambaPool.__init__ logs the state pool; memory.mamba_log_lines).
         for msg in plan.get("warnings", []):
+            self.log(msg)
+        for msg in plan.get("mamba_log", []):
             self.log(msg)
         self.publish(self.used + pool)
         half = _gb(plan["kv_mib"]) / 2

@@ -271,20 +271,41 @@ def lookup_model(model_path):
 
 
 # HF config keys that mean a shape model_from_hf_config does not describe (its parameter count
-# and KV cell would be wrong): mixture of experts, MLA, linear attention / hybrid layers,
-# sliding-window pools, a vision tower.
+# and KV cell would be wrong): a dense config with mixture of experts, MLA, linear attention /
+# hybrid layers, sliding-window pools, a vision tower; a hybrid config with other MoE flavours,
+# MLA, KDA linear attention or sliding windows.
 _UNMODELLED_HF_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "kv_lora_rank",
                        "linear_num_value_heads", "layer_types", "sliding_window_pattern",
                        "vision_config", "text_config")
+_UNMODELLED_HYBRID_KEYS = ("num_local_experts", "n_routed_experts", "kv_lora_rank",
+                           "linear_attn_config", "sliding_window_pattern")
+# GDN hybrids model_from_hf_config reads (configs/qwen3_next.py, configs/qwen3_5.py): the
+# text-only entries (models/qwen3_5_text.py), the multimodal ones and Qwen3-Next.
+HYBRID_ARCHS = ("Qwen3_5MoeForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForConditionalGeneration",
+                "Qwen3_5ForConditionalGeneration", "Qwen3NextForCausalLM")
 # Served dtype under --dtype auto: a float32 checkpoint is served in float16
 # (configs/model_config.py _get_and_verify_dtype).
 _HF_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 2}
 
 
+def _hf_dtype_bytes(*configs):
+    dtype = "bfloat16"
+    for c in configs:
+        found = c.get("torch_dtype") or c.get("dtype")
+        if found:
+            dtype = found
+            break
+    if dtype not in _HF_DTYPE_BYTES:
+        raise ValueError("model_from_hf_config: unsupported dtype %r" % dtype)
+    return _HF_DTYPE_BYTES[dtype]
+
+
 def model_from_hf_config(hf, name=None):
-    """A catalog-shaped entry for a dense decoder-only model (Llama, Mistral, Qwen2/3) given as
-    its HF ``config.json`` dict, so memory.plan can size a model that is not in CATALOG (a tiny
-    random-weight model on a real GPU, compared against the real server's start-up log).
+    """A catalog-shaped entry for a model given as its HF ``config.json`` dict, so memory.plan can
+    size a model that is not in CATALOG (a trimmed or random-weight model on a real GPU, compared
+    against the real server's start-up log): a dense decoder-only model (Llama, Mistral, Qwen2/3),
+    or a Qwen3.5 / Qwen3-Next GDN hybrid, dense or MoE, flat or nested under ``text_config``
+    (hybrid_from_hf_config).
 
     ``params`` counts what SGLang allocates for the checkpoint: embedding, lm_head (unless
     tied), q/k/v/o (+ biases), gate/up/down, the norms. A model used as a draft
@@ -292,13 +313,18 @@ def model_from_hf_config(hf, name=None):
     (0.5.17 spec_aux_hidden_state.py _resolve_eagle_aux_hidden_state: num_nextn_predict_layers,
     else max(num_hidden_layers, num_attention_layers)), so ``draft_params`` / ``draft_kv_layers``
     are the whole model unless the config names MTP layers. Raises ValueError for a shape it does
-    not describe (MoE, MLA, hybrid/linear attention, sliding window, multimodal) rather than
-    return a wrong plan.
+    not describe (MoE outside the hybrids, MLA, sliding window, KDA) rather than return a wrong
+    plan.
     """
+    text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else hf
+    archs = hf.get("architectures") or text.get("architectures") or []
+    if text.get("linear_num_value_heads") or "linear_attention" in (text.get("layer_types") or []) \
+            or (archs and archs[0] in HYBRID_ARCHS):
+        return hybrid_from_hf_config(hf, name)
     bad = [k for k in _UNMODELLED_HF_KEYS if hf.get(k)]
     if bad:
-        raise ValueError("model_from_hf_config models dense decoder-only attention only; this "
-                         "config has %s" % ", ".join(bad))
+        raise ValueError("model_from_hf_config models dense decoder-only attention and the "
+                         "Qwen3.5/Qwen3-Next hybrids only; this config has %s" % ", ".join(bad))
     hidden = hf["hidden_size"]
     layers = hf["num_hidden_layers"]
     heads = hf["num_attention_heads"]
@@ -306,7 +332,7 @@ def model_from_hf_config(hf, name=None):
     head_dim = hf.get("head_dim") or hidden // heads
     inter = hf["intermediate_size"]
     vocab = hf["vocab_size"]
-    archs = hf.get("architectures") or ["LlamaForCausalLM"]
+    archs = archs or ["LlamaForCausalLM"]
     qkv_bias = bool(hf.get("attention_bias")) or archs[0] == "Qwen2ForCausalLM"
     mlp_bias = bool(hf.get("mlp_bias"))
     q, kv = heads * head_dim, kv_heads * head_dim
@@ -319,9 +345,6 @@ def model_from_hf_config(hf, name=None):
     embed = vocab * hidden
     lm_head = 0 if hf.get("tie_word_embeddings", False) else vocab * hidden
     params = embed + lm_head + layers * per_layer + hidden  # + final norm
-    dtype = hf.get("torch_dtype") or hf.get("dtype") or "bfloat16"
-    if dtype not in _HF_DTYPE_BYTES:
-        raise ValueError("model_from_hf_config: unsupported dtype %r" % dtype)
     mtp = hf.get("num_nextn_predict_layers")
     return {
         "name": name or hf.get("_name_or_path") or archs[0],
@@ -330,7 +353,7 @@ def model_from_hf_config(hf, name=None):
         "params": params,
         "draft_params": params if not mtp else mtp * per_layer,
         "draft_kv_layers": mtp or layers,
-        "dtype_bytes": _HF_DTYPE_BYTES[dtype],
+        "dtype_bytes": _hf_dtype_bytes(hf),
         "context_length": hf.get("max_position_embeddings", 4096),
         "full_attn_layers": layers,
         "linear_attn_layers": 0,
@@ -338,3 +361,129 @@ def model_from_hf_config(hf, name=None):
         "head_dim": head_dim,
         "hybrid": False,
     }
+
+
+def hybrid_layer_types(text):
+    """Per-layer kinds of a GDN hybrid: ``layer_types`` when the config lists them, else
+    configs/qwen3_next.py layers_block_type (layer i is full attention when (i + 1) is a multiple
+    of full_attention_interval)."""
+    layers = text["num_hidden_layers"]
+    kinds = text.get("layer_types")
+    if kinds:
+        if len(kinds) != layers or set(kinds) - {"full_attention", "linear_attention"}:
+            raise ValueError("model_from_hf_config: layer_types must list full_attention / "
+                             "linear_attention once per layer (%d layers), got %r" % (layers, kinds))
+        return list(kinds)
+    interval = text.get("full_attention_interval")
+    if not interval:
+        raise ValueError("model_from_hf_config: a hybrid config needs layer_types or "
+                         "full_attention_interval")
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers)]
+
+
+def _vision_params(v):
+    """Parameters of a Qwen3-VL vision tower (models/qwen3_vl.py Qwen3VLMoeVisionModel): patch
+    embedding (Conv3d), position embedding, depth x (2 LayerNorms, qkv, proj, fc1, fc2 with
+    biases), the patch merger and one per deepstack index. configs/qwen3_vl.py defaults."""
+    h = v.get("hidden_size", 1152)
+    inter = v.get("intermediate_size", 4304)
+    depth = v.get("depth", v.get("num_hidden_layers", 27))
+    patch = v.get("in_channels", 3) * v.get("temporal_patch_size", 2) * v.get("patch_size", 16) ** 2 * h + h
+    pos = v.get("num_position_embeddings", 2304) * h
+    block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * inter + inter) + (inter * h + h)
+    m = h * v.get("spatial_merge_size", 2) ** 2
+    out = v.get("out_hidden_size", 3584)
+    merger = 2 * m + (m * m + m) + (m * out + out)
+    mergers = 1 + len(v.get("deepstack_visual_indexes", [8, 16, 24]))
+    return patch + pos + depth * block + mergers * merger
+
+
+def hybrid_from_hf_config(hf, name=None):
+    """A catalog entry for a Qwen3.5 / Qwen3-Next GDN hybrid from its config.json (flat, or the
+    multimodal one with ``text_config`` and ``vision_config``). Counts what 0.5.23 allocates
+    (models/qwen3_5.py):
+
+    - full-attention layer (Qwen3_5AttentionDecoderLayer): qkv_proj with the output gate doubling
+      q (attn_output_gate, default on), o_proj, q_norm / k_norm;
+    - GDN layer (Qwen3_5GatedDeltaNet): in_proj_qkvz (2 x key dim + 2 x value dim), in_proj_ba
+      (2 x value heads), conv1d ((2 x key dim + value dim) x kernel), dt_bias, A_log, the gated
+      norm (value head dim), out_proj;
+    - every layer's MLP: the sparse MoE block (Qwen2MoeSparseMoeBlock: router, num_experts x
+      gate/up/down of moe_intermediate_size, the shared expert and its gate) when the config has
+      experts, else a dense gate/up/down of intermediate_size; two RMSNorms per layer;
+    - embedding, lm_head unless tied, final norm, and a vision tower for a multimodal config.
+
+    The MTP head (models/qwen3_5_mtp.py Qwen3_5ForCausalLMMTP, the NEXTN draft; the config names
+    it as mtp_num_hidden_layers or num_nextn_predict_layers) is fc (2h x h), two
+    pre-fc norms and a one-layer model: its own embedding, one full-attention layer with the MLP,
+    a norm and an lm_head unless tied; one KV layer (configs/model_config.py sets
+    num_nextn_predict_layers = 1 for the draft).
+    """
+    text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else hf
+    archs = hf.get("architectures") or text.get("architectures") or ["Qwen3_5MoeForCausalLM"]
+    bad = [k for k in _UNMODELLED_HYBRID_KEYS if text.get(k) or hf.get(k)]
+    if archs[0] not in HYBRID_ARCHS:
+        bad.append("architecture %s" % archs[0])
+    if bad:
+        raise ValueError("model_from_hf_config models the Qwen3.5/Qwen3-Next GDN hybrids (%s) only; "
+                         "this config has %s" % (", ".join(HYBRID_ARCHS), ", ".join(bad)))
+    kinds = hybrid_layer_types(text)
+    full, linear = kinds.count("full_attention"), kinds.count("linear_attention")
+    hidden = text["hidden_size"]
+    heads = text["num_attention_heads"]
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or hidden // heads
+    vocab = text["vocab_size"]
+    gate = 1 if text.get("attn_output_gate", True) else 0
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attn = hidden * (q * (1 + gate) + 2 * kv) + q * hidden + 2 * head_dim
+    k_heads, v_heads = text["linear_num_key_heads"], text["linear_num_value_heads"]
+    k_dim, v_dim = text["linear_key_head_dim"], text["linear_value_head_dim"]
+    kernel = text.get("linear_conv_kernel_dim", 4)
+    key_dim, value_dim = k_heads * k_dim, v_heads * v_dim
+    gdn = (hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * v_heads
+           + (2 * key_dim + value_dim) * kernel + 2 * v_heads + v_dim + value_dim * hidden)
+    experts = text.get("num_experts") or 0
+    if experts:
+        shared = text.get("shared_expert_intermediate_size") or 0
+        mlp = (hidden * experts + experts * 3 * hidden * text["moe_intermediate_size"]
+               + ((3 * hidden * shared + hidden) if shared else 0))
+    else:
+        mlp = 3 * hidden * text["intermediate_size"]
+    norms = 2 * hidden
+    embed = vocab * hidden
+    tied = bool(text.get("tie_word_embeddings", hf.get("tie_word_embeddings", False)))
+    lm_head = 0 if tied else embed
+    params = embed + lm_head + hidden + full * (attn + mlp + norms) + linear * (gdn + mlp + norms)
+    vision = hf.get("vision_config") if text is not hf else None
+    if vision:
+        params += _vision_params(vision)
+    # Qwen3_5ForCausalLMMTP builds its one layer whatever the config's MTP count says.
+    draft = 2 * hidden * hidden + 2 * hidden + embed + attn + mlp + norms + hidden + lm_head
+    entry = {
+        "name": name or hf.get("_name_or_path") or archs[0],
+        "architectures": archs,
+        "model_type": hf.get("model_type") or text.get("model_type") or "qwen3_5_moe_text",
+        "params": params,
+        "draft_params": draft,
+        "draft_kv_layers": 1,
+        "dtype_bytes": _hf_dtype_bytes(text, hf),
+        "context_length": text.get("max_position_embeddings", 262144),
+        "full_attn_layers": full,
+        "linear_attn_layers": linear,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "linear_num_key_heads": k_heads,
+        "linear_num_value_heads": v_heads,
+        "linear_key_head_dim": k_dim,
+        "linear_value_head_dim": v_dim,
+        "linear_conv_kernel_dim": kernel,
+        "hybrid": True,
+        "num_experts": experts,
+        "num_experts_per_tok": text.get("num_experts_per_tok") or 0,
+        "mtp_layers": text.get("mtp_num_hidden_layers") or text.get("num_nextn_predict_layers") or 0,
+    }
+    if vision:
+        entry["multimodal"] = True
+        entry["vision_config"] = dict(vision)
+    return entry

@@ -287,7 +287,7 @@ class Launcher(object):
 
         await self.done  # all ranks ready (failures end the process via SIGQUIT/kill_tree)
 
-        factor = perf.speed_factor(s["profile"], model["params"], tp)
+        factor = perf.speed_factor(s["profile"], model["params"], tp) * perf.replayssm_factor(model, a)
         mrr = plan0["max_running_requests"]
         self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],

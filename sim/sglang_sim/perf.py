@@ -56,6 +56,17 @@ PROFILE_SPEED = {
     "h200-x1": 0.8,
     "h200-x8": 0.8,
 }
+# --enable-linear-replayssm-spec on a hybrid (GDN) model, 0.5.23
+# layers/attention/linear/gdn_backend.py GDNAttnBackend._replayssm_target_verify: the verify no
+# longer writes D full SSM-state snapshots per request and layer (the intermediate states); it
+# rebuilds the window's outputs from the checkpoint plus the request's compact ring of up to L
+# records (a replay) and appends this window's records; the ring is folded into the checkpoint
+# after acceptance once it fills. Both sides are memory traffic of the same order, so the net
+# step-time factor is taken from the one measurement, not derived: SGLang 0.5.17 on an H100, a
+# trimmed Qwen3.5-MoE hybrid (48 layers, 32 experts), NEXTN, C=1 where the request cap does not
+# bind: steps 3 200 -> 204 tok/s, steps 8 232 -> 233-239 (236 mid); 200/204 = 0.980,
+# 232/236 = 0.983, mean 0.982. Calibrated on those two cells only (label: measured, 0.5.17).
+REPLAYSSM_STEP_FACTOR = 0.982
 REFERENCE_PARAMS = 122e9
 REFERENCE_TP = 4
 
@@ -66,6 +77,15 @@ def speed_factor(profile, params=REFERENCE_PARAMS, tp_size=REFERENCE_TP):
     size = (params / REFERENCE_PARAMS) ** 0.7
     tp = (REFERENCE_TP / float(tp_size)) ** 0.3
     return base * size * tp
+
+
+def replayssm_factor(model, args):
+    """Step-time multiplier of --enable-linear-replayssm-spec (REPLAYSSM_STEP_FACTOR) where it
+    acts: a hybrid model with speculative decoding; 1.0 elsewhere."""
+    if args.get("enable_linear_replayssm_spec") and model.get("hybrid") \
+            and args.get("speculative_algorithm") is not None:
+        return REPLAYSSM_STEP_FACTOR
+    return 1.0
 
 
 def step_time_ms(batch, steps, factor=1.0):

@@ -10,9 +10,16 @@ NEXTN topk 1, every other setting automatic) and steps 1..16 it prints:
   parent of the commit that removed its speculative-buffer charge), in a child interpreter.
 
 Each cell is ``starts (N running)``, ``starts, capped at N running`` (0.5.23's warning), or the
-error the rank raises. Usage::
+error the rank raises.
+
+With ``--levers`` it prints instead the running-request cap per draft depth x state-pool lever
+(none, ``--mamba-full-memory-ratio 4``, ``--enable-linear-replayssm-spec``, both, and the
+``no_buffer`` strategy's 3 slots per request) on the operator's node, and on an H100-sized node
+(memory.total 81559 MiB) serving the trimmed Qwen3.5-MoE of tests/fixtures/qwen3_5_moe_trimmed next
+to what SGLang 0.5.17 measured there. Usage::
 
     .venv/bin/python tests/bench/sim_memory_table.py [--profile P] [--steps 16] [--before REV]
+    .venv/bin/python tests/bench/sim_memory_table.py --levers
 """
 
 import argparse
@@ -112,12 +119,98 @@ def cell(o, old=False):
     return "starts (%d running)" % o["mrr"]
 
 
+# --------------------------------------------------------------------------- --levers
+
+H100_MIB = 81559  # an H100 80GB HBM3's memory.total
+TRIMMED = ROOT / "tests/fixtures/qwen3_5_moe_trimmed/config.json"
+NO_BUFFER = ["--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule"]
+LEVERS = [
+    ("none", []),
+    ("ratio 4", ["--mamba-full-memory-ratio", "4"]),
+    ("replayssm", ["--enable-linear-replayssm-spec"]),
+    ("replayssm + ratio 4", ["--enable-linear-replayssm-spec", "--mamba-full-memory-ratio", "4"]),
+    ("no_buffer (3 slots)", NO_BUFFER),
+    ("no_buffer + ratio 4", NO_BUFFER + ["--mamba-full-memory-ratio", "4"]),
+    ("no_buffer + replayssm", NO_BUFFER + ["--enable-linear-replayssm-spec"]),
+]
+# SGLang 0.5.17 on one H100, the trimmed model, NEXTN, dummy weights (3 slots per request logged).
+MEASURED_0517 = {1: {"none": 18}, 3: {"none": 13, "replayssm": 31}, 5: {"none": 10, "ratio 4": 17},
+                 8: {"none": 7, "replayssm": 30}}
+
+
+def _lever_plan(gpu, model, model_path, tp, steps, extra):
+    sys.path.insert(0, str(ROOT / "sim"))
+    from sglang_sim import memory, server_args  # pylint: disable=import-outside-toplevel
+    argv = ["--model-path", model_path, "--tp-size", str(tp), "--kv-cache-dtype", "bf16",
+            "--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1)] + extra
+    args, _w = server_args.resolve(server_args.parse(argv), gpu["memory_mib"], model=model)
+    try:
+        return args, memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(
+            args["cuda_graph_max_bs_decode"], True))
+    except memory.OOMError as exc:
+        return args, {"fail": exc.kind}
+
+
+def cap_0517_replayssm(model, args, plan, steps):
+    """0.5.17's rule, re-derived here (not the sim's): its kv_cache_configurator.py
+    _handle_max_mamba_cache charged the GDN ring on every state slot with record_len = the draft
+    tokens, and its Qwen3_5MoeForCausalLM had no mamba radix strategy (3 slots per request)."""
+    from sglang_sim import memory  # pylint: disable=import-outside-toplevel
+    conv, ssm = memory.mamba_cache_per_req(model, args["tp_size"], "float32")
+    per_slot = conv + ssm + memory.replayssm_ring_bytes_per_req(model, args["tp_size"], steps + 1)
+    r = args.get("mamba_full_memory_ratio") or memory.MAMBA_FULL_MEMORY_RATIO
+    budget = plan["pool_budget_mib"] / 1024.0 * r / (1 + r) * memory.GIB
+    return min(48, int((budget - per_slot) // per_slot) // 3)
+
+
+def levers():
+    sys.path.insert(0, str(ROOT / "sim"))
+    from sglang_sim import config  # pylint: disable=import-outside-toplevel
+    names = [n for n, _x in LEVERS]
+
+    def cell(plan):
+        return plan["fail"] if "fail" in plan else str(plan["max_running_requests"])
+
+    gpu = config.gpus({"profile": "rtx-pro-6000-x4", "gpu_memory_mib": None, "gpu_count": None})[0]
+    model = config.lookup_model(MODEL)[1]
+    print("Running-request cap, sim of 0.5.23: rtx-pro-6000-x4 (operator), %s, tp 4, bf16 KV, NEXTN "
+          "topk 1, auto fraction; 5 slots per request unless no_buffer" % MODEL)
+    print("| steps | %s |" % " | ".join(names))
+    print("|%s|" % "|".join("---" for _n in range(len(names) + 1)))
+    for steps in (1, 2, 3, 4, 5, 8, 16):
+        row = [cell(_lever_plan(gpu, model, MODEL, 4, steps, extra)[1]) for _n, extra in LEVERS]
+        print("| %d | %s |" % (steps, " | ".join(row)))
+
+    gpu = config.gpus({"profile": "h200-x1", "gpu_memory_mib": H100_MIB, "gpu_count": None})[0]
+    model = config.model_from_hf_config(json.loads(TRIMMED.read_text()))
+    print()
+    print("Running-request cap on an H100-sized node (h200-x1 profile, memory.total %d MiB), the trimmed "
+          "Qwen3.5-MoE (%s: %.1f GiB + %.2f GiB MTP), tp 1, NEXTN topk 1, auto fraction"
+          % (H100_MIB, TRIMMED.relative_to(ROOT), model["params"] * 2 / 2 ** 30, model["draft_params"] * 2 / 2 ** 30))
+    head = names + ["0.5.17 measured", "0.5.17 rule, replayssm"]
+    print("| steps | %s |" % " | ".join(head))
+    print("|%s|" % "|".join("---" for _n in range(len(head) + 1)))
+    for steps in (1, 3, 5, 8):
+        row = []
+        for _n, extra in LEVERS:
+            row.append(cell(_lever_plan(gpu, model, "/models/trimmed", 1, steps, extra)[1]))
+        measured = ", ".join("%s %d" % kv for kv in sorted(MEASURED_0517[steps].items()))
+        args, plan = _lever_plan(gpu, model, "/models/trimmed", 1, steps, NO_BUFFER)
+        row += [measured, str(cap_0517_replayssm(model, args, plan, steps))]
+        print("| %d | %s |" % (steps, " | ".join(row)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="rtx-pro-6000-x4")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--before", default=None, help="git revision of the old simulator")
+    ap.add_argument("--levers", action="store_true", help="the cap per depth x state-pool lever")
     opts = ap.parse_args()
+    if opts.levers:
+        levers()
+        return
     rev = opts.before or before_rev()
     short = subprocess.run(["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True,
                            text=True, check=True).stdout.strip()

@@ -327,6 +327,35 @@ def test_steps10_starts_with_fewer_running_requests(start_sim):
     assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 12
 
 
+def test_replayssm_spec_keeps_the_cap_at_depth(start_sim):
+    # 0.5.23 keeps no intermediate SSM states under the ReplaySSM spec-verify: the cap is the
+    # non-speculative one (40 on this node) whatever the depth, and MambaPool logs the ring.
+    sim = start_sim(["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "10",
+                     "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "11",
+                     "--enable-linear-replayssm-spec"]).wait_ready()
+    assert run(request(sim.port, "GET", "/health_generate"))[0] == 200
+    out = sim.output
+    assert "--enable-linear-replayssm-spec: setting --mamba-ssm-dtype float32" in out
+    assert "max_running_requests is capped to 40 by the mamba state cache" in out
+    assert "intermediate_ssm_state_cache size: 0.00GB" in out
+    assert "GDN ReplaySSM ring buffers allocated (record_len=16, fold=False): d=" in out
+    info = json.loads(run(request(sim.port, "GET", "/server_info", headers=AUTH))[2])
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 40
+
+
+def test_replayssm_spec_refuses_a_tree(tmp_path):
+    env = sim_env(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "sglang_sim.launch_server", "--model-path", MODEL,
+                        "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                        "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "6",
+                        "--enable-linear-replayssm-spec"], env=env, capture_output=True, text=True, check=False)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: --enable-linear-replayssm-spec requires a linear draft chain")
+    from ansible_collections.blackwell.sglang.plugins.module_utils import journal  # pylint: disable=import-outside-toplevel
+    assert journal.classify([last])[0] == "bad_args"
+
+
 def test_steps10_without_radix_cache_fits_with_fewer_running_requests(start_sim):
     sim = start_sim(["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "10",
                      "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "11",

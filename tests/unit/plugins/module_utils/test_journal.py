@@ -288,3 +288,51 @@ def test_real_gpu_less_start_was_unknown_without_its_rule():
 def test_nvidia_smi_missing_is_no_gpu():
     excerpt = lines("RuntimeError: nvidia-smi not found. Ensure NVIDIA drivers are installed and accessible.")
     assert journal.classify(excerpt)[0] == "no_gpu"
+
+
+# arg_groups/attention_hook.py handle_linear_attn_backend refusals, as prepare_server_args' traceback
+# ends (the sim prints the same), and the harmless lines the ReplaySSM levers log.
+REPLAYSSM_TOPK = lines(
+    "Traceback (most recent call last):",
+    '  File "sglang/srt/server_args.py", in prepare_server_args',
+    "ValueError: --enable-linear-replayssm-spec requires a linear draft chain (--speculative-eagle-topk "
+    "in {None, 1}); the chunked verify kernel uses a strictly-lower causal mask and is invalid for EAGLE "
+    "tree verify. Got --speculative-eagle-topk=4.",
+)
+REPLAYSSM_REFUSALS = [
+    "ValueError: --enable-linear-replayssm-spec requires the triton or flashinfer linear-attn decode "
+    "backend, got --linear-attn-decode-backend='cutedsl'.",
+    "ValueError: --enable-linear-replayssm-spec and --enable-linear-replayssm are mutually exclusive: "
+    "they share the ring storage but drive it with incompatible cursor protocols (per-decode-forward vs "
+    "per-verify-commit advance).",
+    "ValueError: --enable-linear-replayssm requires --mamba-radix-cache-strategy no_buffer (the default); "
+    "the extra_buffer ping-pong donation path is not yet supported (follow-up). Got "
+    "--mamba-radix-cache-strategy='extra_buffer'.",
+    "ValueError: --enable-linear-replayssm-spec is not supported on a PD prefill server: the ring is "
+    "spec-verify-only scratch and the prefill server never runs spec verify.",
+    "ValueError: --enable-linear-replayssm-spec with SGLANG_RAGGED_VERIFY_MODE=compact requires the KDA "
+    "fold-every-commit family (DSPARK/DFLASH) and a ring-writing verify kernel "
+    "(--linear-attn-verify-backend triton or nv_cutedsl); got algorithm='NEXTN', verify=None. Use "
+    "SGLANG_RAGGED_VERIFY_MODE=static.",
+    "ValueError: --linear-replayssm-cache-len must be >= 1, got 0.",
+    "AssertionError: no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.",
+    "AssertionError: extra_buffer is not supported for Qwen3_5MoeForCausalLM; use no_buffer.",
+]
+REPLAYSSM_HARMLESS = lines(
+    "[2026-12-02 14:50:01] --enable-linear-replayssm-spec: setting --mamba-ssm-dtype float32 (cached "
+    "replay uses compensated checkpoint projection and materialization).",
+    "[2026-12-02 14:52:41 TP0] GDN ReplaySSM ring buffers allocated (record_len=16, fold=False): "
+    "d=0.090GB, k=0.023GB, g=0.001GB rawv=0.090GB, rawk=0.023GB, ",
+)
+
+
+def test_replayssm_preconditions_are_bad_args():
+    cls, line = journal.classify(REPLAYSSM_TOPK)
+    assert cls == "bad_args" and "linear draft chain" in line
+    for text in REPLAYSSM_REFUSALS:
+        assert journal.classify(lines(text))[0] == "bad_args", text
+
+
+def test_replayssm_info_lines_are_harmless():
+    assert journal.classify(REPLAYSSM_HARMLESS) == ("unknown", None)
+    assert journal.is_fatal(REPLAYSSM_HARMLESS) is False
