@@ -470,7 +470,7 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     if spec.strategy == "climb":
         def open_after(i):
             return _open_after(lane, i, open_[i][1], model, states, spec, best, wider)
-        return _climb_step(lane, near, open_, top, open_after)
+        return _climb_step(lane, near, open_, top, open_after, spec.objective == "slo")
     ends = []
     if probe_ends in ("both", "high"):
         ends.append(len(lane) - 1)
@@ -479,8 +479,8 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     for idx in ends:
         if lane[idx]["key"] not in states and (wider is None or idx in open_):
             return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
-    if top is not None and open_ and all(p is None for _ub, p in open_.values()):
-        # Nothing predicted (the slo objective): what could still beat the best, the cheapest first.
+    if top is not None and open_ and spec.objective == "slo":
+        # Nothing predicted (Lane.predict): what could still beat the best, the cheapest first.
         above = dict((i, v) for i, v in open_.items() if v[0] > top["score"]["value"])
         if above:
             return _cheapest_open(lane, above, "adaptive")
@@ -518,12 +518,13 @@ def _open_after(lane, i, pred, model, states, spec, best, wider):
     return len(_open_in(lane, after, spec, best, wider)[0])
 
 
-def _climb_step(lane, near, open_, top, open_after):
+def _climb_step(lane, near, open_, top, open_after, slo=False):
     """The climb's next launch in a lane (strategy climb): an unmeasured neighbour of the best, or
     of a candidate within the band of it, that its bound leaves able to win (the one the model
     predicts highest); then what the bounds leave able to win: the one the model predicts above
     the best, else the one whose predicted figure would leave the fewest open (``open_after``).
-    Over when the bounds rule out everything unmeasured."""
+    Over when the bounds rule out everything unmeasured. Under the slo objective (``slo``), which
+    the model predicts nothing for, the cheapest of what the bounds leave able to win (_cheapest_open)."""
     climb = [i for i in near if i in open_]
     if climb:
         i = sorted(climb, key=lambda i: (open_[i][1] is None, -(open_[i][1] or 0.0), i))[0]
@@ -535,18 +536,17 @@ def _climb_step(lane, near, open_, top, open_after):
         i = max(above, key=lambda i: (open_[i][1], -i))
         return lane[i], "climb: predicted %.1f, could reach %.1f" % (open_[i][1], open_[i][0])
     left = dict((i, open_after(i)) for i in open_)
-    guessed = [i for i in open_ if left[i] is not None]
-    if guessed:
-        i = min(guessed, key=lambda i: (left[i], -open_[i][0], i))
-        return lane[i], "climb: could reach %.1f" % open_[i][0]
-    return _cheapest_open(lane, open_, "climb")
+    if slo and all(v is None for v in left.values()):
+        return _cheapest_open(lane, open_, "climb")
+    i = min(open_, key=lambda i: (left[i] is None, left[i], -open_[i][0], i))
+    return lane[i], "climb: could reach %.1f" % open_[i][0]
 
 
 def _cheapest_open(lane, open_, strategy):
-    """The cheapest candidate the bounds leave open, where nothing is predicted (the slo objective):
-    a launch of it that fails on memory (or is capped) rules out every dearer draft of its lane
-    (cannot_fit), one of a dearer draft rules out nothing cheaper, and the dearer ones are the likelier
-    to fail."""
+    """The cheapest candidate the bounds leave open, under the slo objective (nothing is predicted,
+    so nothing ranks them but the bound, which grows with the draft): a launch of it that fails on
+    memory (or is capped) rules out every dearer draft of its lane (cannot_fit), one of a dearer
+    draft rules out nothing cheaper, and the dearer ones are the likelier to fail."""
     i = min(open_, key=lambda i: cost(lane[i]))
     return lane[i], "%s: could reach %.1f, the cheapest open" % (strategy, open_[i][0])
 
