@@ -1016,6 +1016,57 @@ def operator_bench(baselines):
     print("  a budget that ends the run (the sweep's case, mtp_tune_max_launches 20): %s" % cut)
 
 
+def unchanged_bench(baselines, noisy=2, cv=0.025):
+    """Whether this checkout's searches launch what another ref's launch on the landscapes above (no
+    failure, no slo: what the operator-node fixes must leave alone): per strategy, over the 34
+    landscapes, the joint grid's 20 and steps 1..16 on the simulator's 20, noise-free and ``noisy``
+    tunes each with untold noise (the same draws for both refs, one noise launch in the last), the tunes
+    whose launches (candidate and reason, in order) and winner are the same, and the winners that
+    differ: within the band of the true best for each ref."""
+    global STEPS, SEARCH  # pylint: disable=global-statement
+    search, SEARCH = SEARCH, "adaptive"  # each strategy by its own name, for both refs
+    try:
+        _unchanged(baselines, noisy, cv)
+    finally:
+        SEARCH = search
+
+
+def _unchanged(baselines, noisy, cv):
+    global STEPS  # pylint: disable=global-statement
+    for ref, old in baselines:
+        print("\nThe same launches as %s where nothing fails (the landscapes above, noise-free and %d noisy tunes "
+              "each at cv %.1f %%):" % (ref, noisy, cv * 100))
+        for strategy in ("climb", "adaptive", "sweep"):
+            same = tunes = 0
+            differ = []
+            saved = STEPS
+            for lands, steps in ((library(), saved), (joint_library(), saved),
+                                 ([land for land in library() if land["name"].startswith("sim ")], list(range(1, 17)))):
+                STEPS = steps
+                try:
+                    for li, land in enumerate(lands):
+                        vals = truth(land)
+                        for t in range(noisy + 1):
+                            kw = {"noise_launches": 1} if t == noisy and t else {}
+                            got = []
+                            for mod in (NEW, old):
+                                rng = random.Random("unchanged-%s-%s-%d" % (li, strategy, t)) if t else None
+                                atts, key = tune(mod, land, strategy, rng=rng, cv=cv if t else 0.0, **kw)
+                                got.append(([(a["key"], a["reason"]) for a in atts], key))
+                            tunes += 1
+                            if got[0] == got[1]:
+                                same += 1
+                            else:
+                                band = math.sqrt(2) * (2 * cv if t else 0.015)
+                                differ.append("%s (%s within the band: %s / %s)" % (
+                                    land["name"], "tune %d" % t, vals[got[0][1]] >= max(vals.values()) * (1 - band),
+                                    vals[got[1][1]] >= max(vals.values()) * (1 - band)))
+                finally:
+                    STEPS = saved
+            print("   %-8s the same launches and winner on %d of %d tunes%s" % (
+                strategy, same, tunes, ("; differ: " + "; ".join(differ)) if differ else ""))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--tunes", type=int, default=20)
@@ -1033,7 +1084,9 @@ def main():
     SEARCH = args.strategy
     print("The checkout's search: mtp_tune_strategy %s" % SEARCH)
     if args.operator_only:
-        operator_bench([(ref, load_baseline(ref)) for ref in args.baseline if load_baseline(ref) is not None])
+        baselines = [(ref, load_baseline(ref)) for ref in args.baseline if load_baseline(ref) is not None]
+        operator_bench(baselines)
+        unchanged_bench(baselines)
         return
     bench_search(args)
     if not args.no_fit:
@@ -1041,7 +1094,9 @@ def main():
         fit_bench("h200-x8", "Qwen/Qwen3.5-122B-A10B", 2)
         fit_bench("rtx-pro-6000-x4", "Qwen/Qwen3.5-122B-A10B", 4, gpu_mib=60000)
         fit_bench(no_radix=True)
-        operator_bench([(ref, load_baseline(ref)) for ref in args.baseline if load_baseline(ref) is not None])
+        baselines = [(ref, load_baseline(ref)) for ref in args.baseline if load_baseline(ref) is not None]
+        operator_bench(baselines)
+        unchanged_bench(baselines)
 
 
 if __name__ == "__main__":
