@@ -646,9 +646,10 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
 
     Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit launch
     of the last failed candidate comes first (bisection over the lever its failure class names,
-    see mtp_tune_fit_ladder).  Then, by ``spec.strategy``:
+    see mtp_tune_fit_ladder), while the candidate can still win at its best fitting value
+    (fit_can_win).  Then, by ``spec.strategy``:
 
-    - sweep: the cheapest candidate not yet decided;
+    - sweep: the cheapest candidate not yet decided, but none a cheaper one proved cannot fit;
     - adaptive: per topk lane, the candidate nearest ``seed``, then the list's ends
       (``probe_ends``: both, high, low or none), then branch and bound: every unmeasured
       candidate gets an upper bound from what the launches measured (accept length -> chain
@@ -665,6 +666,8 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
       stated model (accept length concave, round time convex in depth) the figure is
       single-peaked, so the walk ends at the peak and the bounds close the rest; where the
       launches break the model the bounds fall back and it launches what they no longer exclude.
+    - under the slo objective (nothing predicted), climb and, after its ends, adaptive launch the
+      cheapest of what the bounds leave open first (_cheapest_open).
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
 
