@@ -396,7 +396,7 @@ def _cut_short_line(cut):
         f.get("key"), f.get("lever"), "-" if f.get("starts") is None else f.get("starts"), f.get("fails"))
         for f in cut.get("fits") or [] if isinstance(f, dict)]
     if cut.get("open"):
-        open_.append("never launched and able to win: %s" % ", ".join(str(k) for k in cut["open"]))
+        open_.append("never launched, which the search would still launch: %s" % ", ".join(str(k) for k in cut["open"]))
     return ("- **Ended by mtp_tune_max_launches** (%s launches) before the search was over: next it would have "
             "launched %s. Left open: %s. Raise mtp_tune_max_launches and run again with the same run name to "
             "go on from here" % (cut.get("max_launches"), cut.get("next") or "-", "; ".join(open_) or "nothing else"))
