@@ -19,7 +19,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_level_metrics, mtp_tune_progress, mtp_tune_verify)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
-    mtp_tune_complete, mtp_tune_next, mtp_tune_smoke_levels)
+    mtp_tune_complete, mtp_tune_cut_short, mtp_tune_next, mtp_tune_smoke_levels)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates, mtp_tune_levels
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
 
@@ -35,6 +35,7 @@ class FilterModule(object):
             "mtp_tune_winner": mtp_tune_winner,
             "mtp_tune_next": mtp_tune_next,
             "mtp_tune_complete": mtp_tune_complete,
+            "mtp_tune_cut_short": mtp_tune_cut_short,
             "mtp_tune_smoke_levels": mtp_tune_smoke_levels,
             "mtp_tune_attempt": mtp_tune_attempt,
             "mtp_tune_fit_ladder": mtp_tune_fit_ladder,

@@ -16,6 +16,7 @@ results.json layout (``schema`` 1)::
      "winner": {"key", "candidate", "overrides", "score", "decided_by", "tied", "decided_at", "margin",
                 "band", "interval", "noise", "unverified", "model_rules_out", "model"} | null,
      "stats": {"launches", "failed_launches", "candidates", "wall_s", "launch_s", "bench_s"},
+     "cut_short": {"max_launches", "launches", "next", "fits", "open"} | null,
      "converge": {...} | null}
 
 ``stats`` is recomputed from the attempts on every write (see ``finalize``).
@@ -386,6 +387,21 @@ def _run_state_lines(doc):
     return out
 
 
+def _cut_short_line(cut):
+    """A run mtp_tune_max_launches ended before the search was over (mtp_tune_cut_short): what it
+    would have launched next and what it left open."""
+    if not isinstance(cut, dict):
+        return None
+    open_ = ["the fit search of %s (%s: starts at %s, fails at %s)" % (
+        f.get("key"), f.get("lever"), "-" if f.get("starts") is None else f.get("starts"), f.get("fails"))
+        for f in cut.get("fits") or [] if isinstance(f, dict)]
+    if cut.get("open"):
+        open_.append("never launched, which the search would still launch: %s" % ", ".join(str(k) for k in cut["open"]))
+    return ("- **Ended by mtp_tune_max_launches** (%s launches) before the search was over: next it would have "
+            "launched %s. Left open: %s. Raise mtp_tune_max_launches and run again with the same run name to "
+            "go on from here" % (cut.get("max_launches"), cut.get("next") or "-", "; ".join(open_) or "nothing else"))
+
+
 def _unverified_line(winner):
     """What the winner was never compared with: candidates no measurement rules out."""
     rows = [u for u in winner.get("unverified") or [] if isinstance(u, dict)]
@@ -463,6 +479,9 @@ def render_summary(doc):
         if left:
             out.append("- Not launched: %s (%d of %d candidates); the winner is the best of those measured" % (
                 ", ".join(left), len(left), len(cands)))
+    cut = _cut_short_line(doc.get("cut_short"))
+    if cut:
+        out.append(cut)
     out.append("- Updated: %s" % doc.get("updated", "-"))
     out += _run_state_lines(doc)
     if winner.get("key"):

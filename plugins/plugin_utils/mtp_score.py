@@ -250,7 +250,10 @@ def mtp_tune_pick_best(attempts, spec=None):
     top = scored[0]
     out["top"] = top
     if len(scored) == 1:
-        out.update(winner=top, decided_by="only measured candidate")
+        # measured but without a figure: missed the SLO, or failed requests at the judged level
+        unscored = sum(1 for r in rank if r["status"] == "ok" and r["score"]["value"] is None)
+        out.update(winner=top, decided_by="only feasible candidate of %d measured" % (unscored + 1) if unscored
+                   else "only measured candidate")
         return out
     tied = [r for r in scored if r["score"]["value"] >= top["score"]["value"] * (1.0 - tie_band(noise, top["score"], r["score"]))]
     winner = min(tied, key=lambda r: cost(r["candidate"]))

@@ -470,7 +470,7 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     if spec.strategy == "climb":
         def open_after(i):
             return _open_after(lane, i, open_[i][1], model, states, spec, best, wider)
-        return _climb_step(lane, near, open_, top, open_after)
+        return _climb_step(lane, near, open_, top, open_after, spec.objective == "slo")
     ends = []
     if probe_ends in ("both", "high"):
         ends.append(len(lane) - 1)
@@ -479,7 +479,12 @@ def _adaptive_lane(lane, states, seed_idx, best, spec, chain=None):
     for idx in ends:
         if lane[idx]["key"] not in states and (wider is None or idx in open_):
             return lane[idx], "adaptive: the list's %s end" % ("dearest" if idx else "cheapest")
-    if top is not None and open_:
+    if top is not None and open_ and spec.objective == "slo":
+        # Nothing predicted (Lane.predict): what could still beat the best, the cheapest first.
+        above = dict((i, v) for i, v in open_.items() if v[0] > top["score"]["value"])
+        if above:
+            return _cheapest_open(lane, above, "adaptive")
+    elif top is not None and open_:
         preds = [(p if p is not None else ub, i) for i, (ub, p) in open_.items()]
         val, i = max(preds, key=lambda r: (r[0], -abs(r[1] - (seed_idx if ref is None else ref))))
         if val > top["score"]["value"]:
@@ -513,12 +518,13 @@ def _open_after(lane, i, pred, model, states, spec, best, wider):
     return len(_open_in(lane, after, spec, best, wider)[0])
 
 
-def _climb_step(lane, near, open_, top, open_after):
+def _climb_step(lane, near, open_, top, open_after, slo=False):
     """The climb's next launch in a lane (strategy climb): an unmeasured neighbour of the best, or
     of a candidate within the band of it, that its bound leaves able to win (the one the model
     predicts highest); then what the bounds leave able to win: the one the model predicts above
     the best, else the one whose predicted figure would leave the fewest open (``open_after``).
-    Over when the bounds rule out everything unmeasured."""
+    Over when the bounds rule out everything unmeasured. Under the slo objective (``slo``), which
+    the model predicts nothing for, the cheapest of what the bounds leave able to win (_cheapest_open)."""
     climb = [i for i in near if i in open_]
     if climb:
         i = sorted(climb, key=lambda i: (open_[i][1] is None, -(open_[i][1] or 0.0), i))[0]
@@ -530,8 +536,65 @@ def _climb_step(lane, near, open_, top, open_after):
         i = max(above, key=lambda i: (open_[i][1], -i))
         return lane[i], "climb: predicted %.1f, could reach %.1f" % (open_[i][1], open_[i][0])
     left = dict((i, open_after(i)) for i in open_)
+    if slo and all(v is None for v in left.values()):
+        return _cheapest_open(lane, open_, "climb")
     i = min(open_, key=lambda i: (left[i] is None, left[i], -open_[i][0], i))
     return lane[i], "climb: could reach %.1f" % open_[i][0]
+
+
+def _cheapest_open(lane, open_, strategy):
+    """The cheapest candidate the bounds leave open, under the slo objective (nothing is predicted,
+    so nothing ranks them but the bound, which grows with the draft): a launch of it that fails on
+    memory (or is capped) rules out every dearer draft of its lane (cannot_fit), one of a dearer
+    draft rules out nothing cheaper, and the dearer ones are the likelier to fail."""
+    i = min(open_, key=lambda i: cost(lane[i]))
+    return lane[i], "%s: could reach %.1f, the cheapest open" % (strategy, open_[i][0])
+
+
+def _reach(att, spec):
+    """The highest concurrency the objective judges ``att`` at: a running-request limit or a
+    captured graph batch at or above it changes none of its judged figures."""
+    if spec.level not in (None, ""):
+        return as_int(spec.level, "mtp_tune_level")
+    if spec.objective == "latency":
+        return 1
+    measured = [int(k) for k in (att.get("metrics") or {}) if str(k).isdigit()]
+    return max(measured) if measured else None
+
+
+def fit_can_win(cand, states, candidates, spec, best):
+    """Whether a candidate whose fit search is under way could still win at its best fitting value
+    (the largest setting of the lever below the one that failed); if not, its bisection stops.
+
+    Measured at a setting of the lever at or above every concurrency the objective judges, its judged
+    figures are what a larger setting would give (a running-request limit or a graph batch the load
+    never reaches changes nothing): that figure stands, for every strategy. Before that, the adaptive
+    and climb searches bound it by the other launches, as if it had never been launched (a fitted
+    server is no faster than the same draft unfitted); the sweep does not prune on bounds.
+    ``states``: candidate_states with the fit plan; ``best``: mtp_tune_pick_best of the attempts."""
+    st = states[cand["key"]]
+    band = math.sqrt(2.0) * spec.noise
+    own = None
+    row = next((r for r in best["ranking"] if r["key"] == cand["key"]), None)
+    if st["ok"] is not None and row is not None and row["status"] == "ok":
+        own = row["score"]["value"]
+        reach = _reach(st["ok"], spec)
+        started = (st["fit"] or {}).get("ok")  # the largest setting that started
+        if started is not None and reach is not None and started >= reach:
+            return can_win(own, cand, best, band)
+    if spec.strategy == "sweep":
+        return True
+    others = dict((k, v) for k, v in states.items() if k != cand["key"])
+    lane = [c for c in candidates if c["topk"] == cand["topk"]]
+    ub = Lane(lane, others, spec).bound(cand)
+    if cand["topk"] > 1:
+        chain = [c for c in candidates if c["topk"] == 1]
+        wider = Lane(chain, others, spec) if chain else None
+        ub = tighter_bound(ub, tree_bound(cand, wider, others, spec))
+    if own is not None:
+        # measured below the judged load: a larger setting may do better, never worse
+        ub = own if ub is None else max(ub, own)
+    return can_win(ub, cand, best, band)
 
 
 def _labelled(nxt):
@@ -583,9 +646,10 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
 
     Returns ``{"candidate", "overrides", "fit_rung", "reason", "label"}``.  A pending fit launch
     of the last failed candidate comes first (bisection over the lever its failure class names,
-    see mtp_tune_fit_ladder).  Then, by ``spec.strategy``:
+    see mtp_tune_fit_ladder), while the candidate can still win at its best fitting value
+    (fit_can_win).  Then, by ``spec.strategy``:
 
-    - sweep: the cheapest candidate not yet decided;
+    - sweep: the cheapest candidate not yet decided, but none a cheaper one proved cannot fit;
     - adaptive: per topk lane, the candidate nearest ``seed``, then the list's ends
       (``probe_ends``: both, high, low or none), then branch and bound: every unmeasured
       candidate gets an upper bound from what the launches measured (accept length -> chain
@@ -602,6 +666,8 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
       stated model (accept length concave, round time convex in depth) the figure is
       single-peaked, so the walk ends at the peak and the bounds close the rest; where the
       launches break the model the bounds fall back and it launches what they no longer exclude.
+    - under the slo objective (nothing predicted), climb and, after its ends, adaptive launch the
+      cheapest of what the bounds leave open first (_cheapest_open).
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
 
@@ -630,14 +696,16 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
         return None
     states = candidate_states(attempts, fit, classes)
     by_key = dict((c["key"], c) for c in candidates)
-    # A pending fit launch finishes before anything else starts: its answer matters to the search.
+    best = mtp_tune_pick_best(attempts, spec)
+    # A pending fit launch finishes before anything else starts: its answer matters to the search,
+    # unless the candidate cannot win at its best fitting value (fit_can_win).
     # (A pool's round may end with several failures: each one's fit is due, the latest first.)
     for att in reversed(attempts):
         if att.get("status") == "pending":
             continue
         key = att.get("key") or candidate_key(att["candidate"])
         st = states.get(key)
-        if st and st["pending"] is not None and key in by_key:
+        if st and st["pending"] is not None and key in by_key and fit_can_win(by_key[key], states, candidates, spec, best):
             f = st["fit"]
             return _labelled({"candidate": by_key[key], "overrides": st["pending"], "fit_rung": len(st["attempts"]),
                               "reason": "fit %s=%s (starts at %s, fails at %s) after %s" % (
@@ -648,10 +716,10 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
     relaunch = _noise_relaunch(attempts, spec.noise_launches)
     if relaunch:
         return _labelled(relaunch)
-    best = mtp_tune_pick_best(attempts, spec)
     if spec.strategy == "sweep":
         for cand in candidates:
-            if cand["key"] not in states:
+            # a cheaper draft of its topk failed for good on memory: it would only fail again
+            if cand["key"] not in states and not cannot_fit(cand, states, classes):
                 return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"})
         nxt = _remeasure(attempts, best, spec.remeasure_launches)
         return _labelled(nxt) if nxt else None
@@ -673,6 +741,57 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
             return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason})
     nxt = _remeasure(attempts, best, spec.remeasure_launches)
     return _labelled(nxt) if nxt else None
+
+
+def mtp_tune_cut_short(attempts, candidates, fit_ladder=None, spec=None):
+    """Whether ``spec.max_launches`` ended the run before the search was over, and what it left open.
+
+    None while the run has launches left, and where the search (then mtp_tune_complete) would have
+    stopped there anyway. Else ``{"max_launches", "launches", "next", "fits", "open"}``: ``next`` is
+    the label of the launch the search would have made; ``fits`` the fit searches under way
+    (``key``, ``lever``, ``starts``: the largest setting that started, ``fails``: the smallest that
+    failed) that could still win (fit_can_win); ``open`` the keys of the candidates never launched
+    that the search would still launch: every one for the sweep, for adaptive and climb those the
+    bounds leave able to win (never one a cheaper failure proves cannot fit).
+    """
+    spec = spec_from(spec)
+    if spec.max_launches is None:
+        return None
+    attempts = list(attempts or [])
+    candidates = list(candidates or [])
+    launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
+    if launches < spec.max_launches:
+        return None
+    budget = spec.max_launches
+    free = spec.replace(max_launches=None)
+    nxt = tune_next(attempts, candidates, fit_ladder, free) or mtp_tune_complete(attempts, free)
+    if nxt is None:
+        return None
+    spec = under_node_noise(attempts, free)
+    fit = fit_ladder if (spec.fit_retry and isinstance(fit_ladder, dict)) else None
+    classes = fit_classes_of(spec.fit_classes)
+    states = candidate_states(attempts, fit, classes)
+    best = mtp_tune_pick_best(attempts, spec)
+    by_key = dict((c["key"], c) for c in candidates)
+    fits = [{"key": key, "lever": st["fit"]["lever"], "starts": st["fit"]["ok"], "fails": st["fit"]["fail"]}
+            for key, st in sorted(states.items())
+            if st["pending"] is not None and key in by_key and fit_can_win(by_key[key], states, candidates, spec, best)]
+    if spec.strategy == "sweep":
+        open_keys = [c["key"] for c in candidates if c["key"] not in states and not cannot_fit(c, states, classes)]
+    else:
+        lanes = {}
+        for cand in candidates:
+            lanes.setdefault(cand["topk"], []).append(cand)
+        found = set()
+        for topk in sorted(lanes):
+            wider = Lane(lanes[1], states, spec) if (topk > 1 and lanes.get(1)) else None
+            open_, _model = _open_in(lanes[topk], states, spec, best, wider if wider is not None and wider.levels else None)
+            found.update(lanes[topk][i]["key"] for i in open_)
+        if nxt["candidate"]["key"] not in states:
+            found.add(nxt["candidate"]["key"])
+        open_keys = [c["key"] for c in candidates if c["key"] in found and not cannot_fit(c, states, classes)]
+    return {"max_launches": budget, "launches": launches, "next": nxt["label"], "fits": fits,
+            "open": open_keys}
 
 
 def _measured_at(attempts, key, overrides, want):

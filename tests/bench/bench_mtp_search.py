@@ -845,6 +845,228 @@ def fit_bench(profile="rtx-pro-6000-x4", model_path="Qwen/Qwen3.5-122B-A10B", tp
     return all_ok
 
 
+# --------------------------------------------------------------------------- the operator's node, end to end
+
+OPERATOR_NODE = ("rtx-pro-6000-x4", "Qwen/Qwen3.5-122B-A10B", 4)
+
+
+def operator_start(radix=True, profile=OPERATOR_NODE[0], model_path=OPERATOR_NODE[1], tp=OPERATOR_NODE[2]):
+    """``start(steps, mrr, bs) -> (failure class or None, the running-request limit the server runs with)``
+    on the simulator's memory model, resolved like the sim server resolves a launch (as fit_bench)."""
+    from sglang_sim import server_args
+    prof = config.PROFILES[profile]
+    gpu = {"memory_mib": prof["memory_mib"], "reserved_mib": prof.get("reserved_mib", 0), "index": 0}
+    _key, model = config.lookup_model(model_path)
+    seen = {}
+
+    def start(steps, mrr, bs):
+        if (steps, mrr, bs) not in seen:
+            seen[(steps, mrr, bs)] = _start(steps, mrr, bs)
+        return seen[(steps, mrr, bs)]
+
+    def _start(steps, mrr, bs):
+        argv = ["--model-path", model_path, "--tp", str(tp), "--speculative-algorithm", "EAGLE",
+                "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", str(steps + 1), "--max-running-requests", str(mrr),
+                "--cuda-graph-max-bs-decode", str(bs)] + ([] if radix else ["--disable-radix-cache"])
+        args, _warn = server_args.resolve(server_args.parse(argv), gpu["memory_mib"], model=model)
+        try:
+            plan = memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(
+                args["cuda_graph_max_bs_decode"], True))
+        except memory.OOMError as exc:
+            return KIND_CLASS.get(exc.kind, "cuda_oom"), None
+        return None, plan.get("max_running_requests")
+    return start
+
+
+def operator_tune(mod, case, strategy, max_launches=30, starts=None):
+    """One tune on the operator's node as the role runs it with mtp_tune_fit_retry on: every launch
+    starts on the simulator's memory model (a failure is recorded with its class; a server SGLang
+    capped below the judged concurrency as failed ``capped``, mtp_tune_capped) and is measured on its
+    throughput model at the running-request limit it really has (sim/sglang_sim/perf.py).
+
+    ``case``: {"objective", "levels", "slo_min_tps", "alpha", "radix", "steps"}. Returns (attempts,
+    pick_best, fit plan, candidates, spec)."""
+    levels = list(case["levels"])
+    floor = 1 if case["objective"] == "latency" else max(levels)
+    plan = mod.mtp_tune_fit_ladder(None, None, 4, floor, 512, 48, radix_cache=case["radix"])
+    cands = mod.mtp_tune_candidates(list(case["steps"]))
+    spec = {"strategy": strategy, "objective": case["objective"], "levels": levels, "seed": 3, "fit_retry": True,
+            "slo_min_tps": case.get("slo_min_tps"), "max_launches": max_launches}
+    start = starts or operator_start(case["radix"])
+    factor = perf.speed_factor(OPERATOR_NODE[0])
+    atts = []
+    for _i in range(200):
+        nxt = next_launch(mod, atts, cands, spec, plan)
+        if nxt is None:
+            break
+        cand, ov = nxt["candidate"], nxt["overrides"] or {}
+        mrr = ov.get("max_running_requests") or plan["max_running_requests"]
+        cls, cap = start(cand["steps"], mrr, ov.get("cuda_graph_max_bs") or plan["cuda_graph_max_bs"])
+        att = {"key": cand["key"], "candidate": cand, "overrides": ov, "fit_rung": nxt["fit_rung"],
+               "reason": nxt["reason"], "label": nxt["label"]}
+        if cls:
+            att.update(status="failed", failure_class=cls)
+        elif cap is not None and cap < plan["judged_floor"]:
+            att.update(status="failed", failure_class="capped")
+        else:
+            running = min(cap or mrr, mrr)
+            metrics = {}
+            for c in levels:
+                pr = perf.per_request_tps(c, cand["steps"], case["alpha"], factor, running)
+                ag = perf.aggregate_tps(c, cand["steps"], case["alpha"], factor, running)
+                metrics[str(c)] = {"output_throughput": ag, "decode_tps_per_request": {"mean": pr, "p50": pr},
+                                   "accept_length": perf.expected_accept_length(cand["steps"], case["alpha"]),
+                                   "failed": 0, "completed": 4 * c}
+            att.update(status="ok", metrics=metrics)
+        atts.append(att)
+    return atts, pick_best(mod, atts, spec), plan, cands, spec
+
+
+def _launch_line(atts):
+    """``3 2 1 10c 8c 6``: steps per launch, c capped, f failed, * a fit launch."""
+    return " ".join("%d%s%s" % (a["candidate"]["steps"], "" if a["status"] == "ok" else (
+        "c" if a["failure_class"] == "capped" else "f"), "*" if a.get("fit_rung") else "") for a in atts)
+
+
+def operator_cases():
+    """The operator's node (rtx-pro-6000-x4, Qwen3.5-122B, tp 4) under every objective the role has:
+    latency at C=1 and throughput at C=32 over C=1..32, slo (per-request >= 60 or 100 tok/s) over
+    C=1..16 (its fit floor 16: with the radix cache on 0.5.23 caps steps 8 and up below it); radix
+    cache on and off (off: steps 8 and up leave the weights no KV budget at 48 running requests and
+    are fitted); acceptance 0.99 and 0.72; the role's default steps and 1..16."""
+    out = []
+    for steps in (STEPS, list(range(1, 17))):
+        for radix in (True, False):
+            for alpha in (perf.ALPHA_SYNTHETIC, perf.ALPHA_REALISTIC):
+                for objective, levels, slo in (("latency", LEVELS, None), ("throughput", LEVELS, None),
+                                               ("slo", LEVELS[:-1], 60.0), ("slo", LEVELS[:-1], 100.0)):
+                    out.append({"objective": objective, "levels": levels, "slo_min_tps": slo, "alpha": alpha,
+                                "radix": radix, "steps": steps})
+    return out
+
+
+def _case_name(case):
+    return "%s%s a=%.2f radix %s steps %d..%d" % (
+        case["objective"], " >= %g tok/s" % case["slo_min_tps"] if case["slo_min_tps"] else "", case["alpha"],
+        "on" if case["radix"] else "off", case["steps"][0], case["steps"][-1])
+
+
+def operator_bench(baselines):
+    """Launches on the operator's node, fit search on, per strategy, against other refs' tuners
+    (same cases, noise-free): launches, capped and failed launches, fit launches, winners (the same
+    where the ref's was right), runs the 30-launch budget ended, and the record's decided_by."""
+    cases = operator_cases()
+    print("\nThe operator's node end to end (%s, %s, tp %d; fit search on, noise-free): %d cases (%s)" % (
+        OPERATOR_NODE + (len(cases), "objective x radix cache x acceptance x steps list")))
+    starts = {True: operator_start(True), False: operator_start(False)}
+    mods = [("this", NEW)] + [(ref, mod) for ref, mod in baselines]
+    # the truth: the sweep of the oldest tuner given, with no launch budget (every candidate and every
+    # fit search to its end)
+    truth_of = [operator_tune(mods[-1][1], case, "sweep", max_launches=None, starts=starts[case["radix"]])[1]
+                for case in cases]
+    truth_of = [(b["winner"] or {}).get("key") for b in truth_of]
+    for strategy in ("climb", "adaptive", "sweep"):
+        print("  %s:" % strategy)
+        winners = {}
+        for label, mod in mods:
+            tot = {"launches": 0, "capped": 0, "failed": 0, "fit": 0, "budget": 0, "right": 0}
+            winners[label] = []
+            for case, truth_key in zip(cases, truth_of):
+                atts, best, _plan, _cands, _spec = operator_tune(mod, case, strategy, starts=starts[case["radix"]])
+                tot["launches"] += len(atts)
+                tot["capped"] += sum(1 for a in atts if a.get("failure_class") == "capped")
+                tot["failed"] += sum(1 for a in atts if a["status"] == "failed" and a.get("failure_class") != "capped")
+                tot["fit"] += sum(1 for a in atts if a.get("fit_rung"))
+                tot["budget"] += len(atts) >= 30
+                winners[label].append((best["winner"] or {}).get("key"))
+                tot["right"] += winners[label][-1] == truth_key
+            same = ""
+            if label != "this":
+                same = "; the same winner as this checkout's on %d/%d" % (
+                    sum(1 for a, b in zip(winners[label], winners["this"]) if a == b), len(cases))
+            print("    %-8s launches %4d (capped %3d, failed to start %3d, fit launches %3d); ended by the 30-launch "
+                  "budget: %d; winner the unbudgeted sweep's: %d/%d%s" % (
+                      label, tot["launches"], tot["capped"], tot["failed"], tot["fit"], tot["budget"], tot["right"],
+                      len(cases), same))
+    # each of the three wastes and the record, on the case that shows it
+    shown = (("climb under an slo", "climb", {"objective": "slo", "levels": LEVELS[:-1], "slo_min_tps": 60.0,
+                                               "alpha": perf.ALPHA_REALISTIC, "radix": True, "steps": STEPS}),
+             ("the same, steps 1..16", "climb", {"objective": "slo", "levels": LEVELS[:-1], "slo_min_tps": 60.0,
+                                                  "alpha": perf.ALPHA_REALISTIC, "radix": True,
+                                                  "steps": list(range(1, 17))}),
+             ("fit bisection of what cannot win", "climb", {"objective": "latency", "levels": LEVELS, "slo_min_tps": None,
+                                                            "alpha": perf.ALPHA_SYNTHETIC, "radix": False,
+                                                            "steps": list(range(1, 17))}),
+             ("the sweep's fit bisections", "sweep", {"objective": "throughput", "levels": LEVELS, "slo_min_tps": None,
+                                                      "alpha": perf.ALPHA_SYNTHETIC, "radix": False,
+                                                      "steps": list(range(1, 17))}),
+             ("one feasible of several measured", "climb", {"objective": "slo", "levels": LEVELS[:-1],
+                                                            "slo_min_tps": 278.0, "alpha": perf.ALPHA_SYNTHETIC,
+                                                            "radix": True, "steps": STEPS}))
+    for what, strategy, case in shown:
+        print("  %s (%s, %s):" % (what, strategy, _case_name(case)))
+        for label, mod in mods:
+            atts, best, _plan, _cands, _spec = operator_tune(mod, case, strategy, starts=starts[case["radix"]])
+            print("    %-8s %2d launches: %s -> %s (%s)" % (label, len(atts), _launch_line(atts),
+                                                           (best["winner"] or {}).get("key"), best["decided_by"]))
+    case = shown[3][2]
+    atts, _best, plan, cands, spec = operator_tune(NEW, case, "sweep", max_launches=20, starts=starts[False])
+    cut = NEW.mtp_tune_cut_short(atts, cands, plan, spec)
+    print("  a budget that ends the run (the sweep's case, mtp_tune_max_launches 20): %s" % cut)
+
+
+def unchanged_bench(baselines, noisy=2, cv=0.025):
+    """Whether this checkout's searches launch what another ref's launch on the landscapes above (no
+    failure, no slo: what the operator-node fixes must leave alone): per strategy, over the 34
+    landscapes, the joint grid's 20 and steps 1..16 on the simulator's 20, noise-free and ``noisy``
+    tunes each with untold noise (the same draws for both refs, one noise launch in the last), the tunes
+    whose launches (candidate and reason, in order) and winner are the same, and the winners that
+    differ: within the band of the true best for each ref."""
+    global STEPS, SEARCH  # pylint: disable=global-statement
+    search, SEARCH = SEARCH, "adaptive"  # each strategy by its own name, for both refs
+    try:
+        _unchanged(baselines, noisy, cv)
+    finally:
+        SEARCH = search
+
+
+def _unchanged(baselines, noisy, cv):
+    global STEPS  # pylint: disable=global-statement
+    for ref, old in baselines:
+        print("\nThe same launches as %s where nothing fails (the landscapes above, noise-free and %d noisy tunes "
+              "each at cv %.1f %%):" % (ref, noisy, cv * 100))
+        for strategy in ("climb", "adaptive", "sweep"):
+            same = tunes = 0
+            differ = []
+            saved = STEPS
+            for lands, steps in ((library(), saved), (joint_library(), saved),
+                                 ([land for land in library() if land["name"].startswith("sim ")], list(range(1, 17)))):
+                STEPS = steps
+                try:
+                    for li, land in enumerate(lands):
+                        vals = truth(land)
+                        for t in range(noisy + 1):
+                            kw = {"noise_launches": 1} if t == noisy and t else {}
+                            got = []
+                            for mod in (NEW, old):
+                                rng = random.Random("unchanged-%s-%s-%d" % (li, strategy, t)) if t else None
+                                atts, key = tune(mod, land, strategy, rng=rng, cv=cv if t else 0.0, **kw)
+                                got.append(([(a["key"], a["reason"]) for a in atts], key))
+                            tunes += 1
+                            if got[0] == got[1]:
+                                same += 1
+                            else:
+                                band = math.sqrt(2) * (2 * cv if t else 0.015)
+                                differ.append("%s (%s within the band: %s / %s)" % (
+                                    land["name"], "tune %d" % t, vals[got[0][1]] >= max(vals.values()) * (1 - band),
+                                    vals[got[1][1]] >= max(vals.values()) * (1 - band)))
+                finally:
+                    STEPS = saved
+            print("   %-8s the same launches and winner on %d of %d tunes%s" % (
+                strategy, same, tunes, ("; differ: " + "; ".join(differ)) if differ else ""))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--tunes", type=int, default=20)
@@ -855,16 +1077,26 @@ def main():
     ap.add_argument("--baseline", nargs="*", default=["main"],
                     help="git refs whose adaptive search runs on the same landscapes (none: only this checkout's)")
     ap.add_argument("--no-fit", action="store_true")
+    ap.add_argument("--operator-only", action="store_true",
+                    help="only the operator's node end to end (operator_bench), against --baseline")
     args = ap.parse_args()
     global SEARCH  # pylint: disable=global-statement
     SEARCH = args.strategy
     print("The checkout's search: mtp_tune_strategy %s" % SEARCH)
+    if args.operator_only:
+        baselines = [(ref, load_baseline(ref)) for ref in args.baseline if load_baseline(ref) is not None]
+        operator_bench(baselines)
+        unchanged_bench(baselines)
+        return
     bench_search(args)
     if not args.no_fit:
         fit_bench()
         fit_bench("h200-x8", "Qwen/Qwen3.5-122B-A10B", 2)
         fit_bench("rtx-pro-6000-x4", "Qwen/Qwen3.5-122B-A10B", 4, gpu_mib=60000)
         fit_bench(no_radix=True)
+        baselines = [(ref, load_baseline(ref)) for ref in args.baseline if load_baseline(ref) is not None]
+        operator_bench(baselines)
+        unchanged_bench(baselines)
 
 
 if __name__ == "__main__":
