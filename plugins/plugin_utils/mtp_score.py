@@ -277,10 +277,14 @@ def mtp_tune_pick_best(attempts, spec=None):
 
 # --------------------------------------------------------------------------- after the search
 
-# One-sided 95 %: a converged server that is as fast as the tuned one reads below the allowed
-# deviation in one smoke of 20 where the noise is what the band says; the re-measure after a
-# restart makes a false failure rarer still (tests/bench/bench_smoke_check.py).
-VERIFY_Z = 1.645
+# The first smoke is a screen: one that falls short of the tuned figure by more than one standard
+# deviation of the difference is measured again on a fresh launch (a restart costs minutes, a play
+# failed on noise costs a re-run). The verdict on both smokes allows 1.96 standard deviations
+# (one-sided 97.5 %): with the winner reading high as the best of several noisy figures, a looser
+# verdict fails correct tunes more often than one in 33 at 3 % launch noise
+# (tests/bench/bench_smoke_check.py, tests/bench/README.md).
+VERIFY_Z_FIRST = 1.0
+VERIFY_Z = 1.96
 _SMOKE_KEY = "converged smoke"
 
 
@@ -302,11 +306,12 @@ def mtp_tune_verify(level_metrics, tuned, spec=None, attempts=None, first=None):
 
     The tuned figure and the smoke are each one launch of the same setting, so their difference
     moves by the two bands in quadrature: the noise over the square root of the tuned figure's
-    measurements, and over the square root of the smokes. Allowed deviation: ``VERIFY_Z`` times
-    that, never less than ``spec.verify_tolerance``.  The winner is the best of several noisy
-    figures and reads high, so a first smoke below the band is not a verdict: ``remeasure`` asks
-    for a second smoke on a fresh launch, and that call judges the mean of both under the noise
-    pooled with the smokes' own spread.  Returns ``{"ok", "remeasure", "value", "values",
+    measurements, and over the square root of the smokes.  The winner is the best of several noisy
+    figures and reads high, so a first smoke is only a screen: short by more than
+    ``VERIFY_Z_FIRST`` times that spread (and ``spec.verify_tolerance``), ``remeasure`` asks for
+    a second smoke on a fresh launch.  That call is the verdict: the mean of both smokes may fall
+    short by ``VERIFY_Z`` times the spread under the noise pooled with the smokes' own, never
+    less than ``spec.verify_tolerance``.  Returns ``{"ok", "remeasure", "value", "values",
     "tuned", "delta", "band", "noise", "reason", "message"}``.
     """
     spec = spec_from(spec)
@@ -335,15 +340,16 @@ def mtp_tune_verify(level_metrics, tuned, spec=None, attempts=None, first=None):
     n_tuned = max(1, int(_num(tuned.get("n")) or 1))
     value = sum(values) / len(values)
     spread = math.sqrt(noise * noise / n_tuned + noise * noise / len(values))
-    band = max(tol, VERIFY_Z * spread)
+    z = VERIFY_Z if first is not None else VERIFY_Z_FIRST
+    band = max(tol, z * spread)
     delta = value / ref - 1.0
     failed = int(sum(m["failed"] or 0 for m in ms))
     ok = delta >= -band and not failed
     remeasure = not ok and not failed and first is None
     figs = " and ".join("%.1f" % v for v in values)
-    what = "smoke %s%s vs tuned %.1f at C=%s: %+.1f%%, allowed -%.1f%% (%.2f x the noise %.2g%% over %d tuned " \
+    what = "smoke %s%s vs tuned %.1f at C=%s: %+.1f%%, allowed -%.1f%% (%.3g x the noise %.2g%% over %d tuned " \
            "measurement%s and %d smoke%s; %s)" % (
-               figs, " (mean %.1f)" % value if len(values) > 1 else "", ref, level, delta * 100, band * 100, VERIFY_Z,
+               figs, " (mean %.1f)" % value if len(values) > 1 else "", ref, level, delta * 100, band * 100, z,
                noise * 100, n_tuned, "" if n_tuned == 1 else "s", len(values), "" if len(values) == 1 else "s",
                node["source"])
     if failed:

@@ -97,22 +97,24 @@ def tunes_of(lands, tunes, cv, noise_launches):
     return out
 
 
-def judge(rows, cv, slower):
-    """Old and new verdicts on every tune, the converged server ``slower`` than the winner's truth."""
-    res = {"old": [0, 0], "new": [0, 0], "remeasured": 0, "n": len(rows)}
+def judge(rows, cv, slower, draws):
+    """Old and new verdicts on every tune, the converged server ``slower`` than the winner's truth;
+    ``draws`` converges per tune (a smoke is cheap beside a tune), each with its own noise."""
+    res = {"old": [0, 0], "new": [0, 0], "remeasured": 0, "n": len(rows) * draws}
     for i, row in enumerate(rows):
         land = slowed(row["land"], slower)
         near = row["true"] >= row["top"] * (1.0 - NEAR_BEST)
-        # the same first smoke for both rules: the same stream, drawn first
-        rng_old = random.Random("smoke-%d-%s-%s" % (i, cv, slower))
-        rng_new = random.Random("smoke-%d-%s-%s" % (i, cv, slower))
-        first = search.measure(land, row["cand"], rng_old, cv)[str(land["level"])]
-        ok_old = old_verify(first, row["score"], land["objective"])
-        ok_new, again = new_verify(land, row["cand"], row["score"], row["spec"], row["attempts"], rng_new, cv)
-        for rule, ok in (("old", ok_old), ("new", ok_new)):
-            res[rule][0] += not ok
-            res[rule][1] += (not ok) and near
-        res["remeasured"] += again
+        for d in range(draws):
+            # the same first smoke for both rules: the same stream, drawn first
+            rng_old = random.Random("smoke-%d-%d-%s-%s" % (i, d, cv, slower))
+            rng_new = random.Random("smoke-%d-%d-%s-%s" % (i, d, cv, slower))
+            first = search.measure(land, row["cand"], rng_old, cv)[str(land["level"])]
+            ok_old = old_verify(first, row["score"], land["objective"])
+            ok_new, again = new_verify(land, row["cand"], row["score"], row["spec"], row["attempts"], rng_new, cv)
+            for rule, ok in (("old", ok_old), ("new", ok_new)):
+                res[rule][0] += not ok
+                res[rule][1] += (not ok) and near
+            res["remeasured"] += again
     return res
 
 
@@ -151,25 +153,26 @@ def main():
     ap.add_argument("--noise-launches", type=int, nargs="*", default=[1, 0],
                     help="the tuner's mtp_tune_noise_launches (1: as the search bench's untold runs; 0: the role's default)")
     ap.add_argument("--slower", type=float, default=0.10)
+    ap.add_argument("--draws", type=int, default=5, help="converges (smoke checks) per tune, each with its own noise")
     ap.add_argument("--no-bound", action="store_true")
     args = ap.parse_args()
     lands = sim_landscapes()
     print("Smoke check (mtp_tune_verify) over %d simulator landscapes (%d latency, %d throughput) x %d tunes; the "
           "tuner is not told the noise (floor mtp_tune_noise 1.5 %%); targets: false failures with a winner within "
-          "%.0f %% of the true best <= %.0f %% of tunes, a server %.0f %% slower failed >= %.0f %%" % (
+          "%.0f %% of the true best <= %.0f %% of tunes, a server %.0f %% slower failed >= %.0f %%; %d converges per tune" % (
               len(lands), sum(1 for land in lands if land["objective"] == "latency"),
               sum(1 for land in lands if land["objective"] != "latency"), args.tunes, NEAR_BEST * 100,
-              TARGET_FALSE * 100, args.slower * 100, TARGET_CAUGHT * 100))
+              TARGET_FALSE * 100, args.slower * 100, TARGET_CAUGHT * 100, args.draws))
     for cv in args.cv:
         for nl in args.noise_launches:
             rows = tunes_of(lands, args.tunes, cv, nl)
-            good = judge(rows, cv, 0.0)
-            slow = judge(rows, cv, args.slower)
+            good = judge(rows, cv, 0.0, args.draws)
+            slow = judge(rows, cv, args.slower, args.draws)
             n = float(good["n"])
             near = sum(1 for r in rows if r["true"] >= r["top"] * (1 - NEAR_BEST))
             print("\n== launch noise %.1f %%, mtp_tune_noise_launches %d: %d tunes, winner within %.0f %% of the true "
                   "best in %d, winner measured twice in %d" % (
-                      cv * 100, nl, good["n"], NEAR_BEST * 100, near, sum(1 for r in rows if r["launches"] > 1)))
+                      cv * 100, nl, len(rows), NEAR_BEST * 100, near, sum(1 for r in rows if r["launches"] > 1)))
             for rule, label in (("old", "before (5 % or the tuned interval, one smoke)"),
                                 ("new", "after (the node's noise, re-measured once)")):
                 false_near = good[rule][1] / n
