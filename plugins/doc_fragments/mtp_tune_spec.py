@@ -107,7 +107,7 @@ options:
       verify_tolerance:
         description:
           - Relative shortfall a smoke benchmark after converging may show at least; on a noisy node the
-            allowance is 1.96 x the node's noise over the tuned figure's and the smokes' measurements in
+            allowance is 1.645 x the node's noise over the tuned figure's measurements and one smoke's in
             quadrature, when that is wider (a first smoke is only a screen at 1 x that).
         type: float
         default: 0.05
