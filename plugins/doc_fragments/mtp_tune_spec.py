@@ -106,8 +106,9 @@ options:
         default: 0
       verify_tolerance:
         description:
-          - Relative deviation a smoke benchmark after converging may show at least (the tuned interval when
-            that is wider).
+          - Relative shortfall a smoke benchmark after converging may show at least; on a noisy node the
+            allowance is 1.645 x the node's noise over the tuned figure's measurements and one smoke's in
+            quadrature, when that is wider (a first smoke is only a screen at 1 x that).
         type: float
         default: 0.05
       converge:
