@@ -240,6 +240,41 @@ def sglang_service_problems(settings):
     return problems
 
 
+# The wedge watchdog's numbers (sglang_service_watchdog_*): the least each may be. A zero interval
+# would make systemd refuse the timer (OnUnitInactiveSec=0 never fires again), a zero deadline or
+# window can never see a token or a restart; zero restarts means "stop at the first wedge".
+WATCHDOG_MINIMUM = (("interval", 1), ("deadline", 1), ("tokens", 1), ("max_restarts", 0), ("window", 1))
+
+
+def sglang_service_watchdog_problems(watchdog):
+    """Problems with the wedge watchdog's numbers ``watchdog`` ({interval, deadline, tokens,
+    max_restarts, window}, as the role variables sglang_service_watchdog_<key> give them; numeric
+    strings from ``-e`` count as numbers); empty when they are usable."""
+    if not isinstance(watchdog, dict):
+        return ["the watchdog settings must be a dict, got %r" % (watchdog,)]
+    problems = []
+    values = {}
+    for key, low in WATCHDOG_MINIMUM:
+        var = "sglang_service_watchdog_%s" % key
+        value = watchdog.get(key)
+        if isinstance(value, str) and re.match(r"^\s*[+-]?[0-9]+\s*$", value):
+            value = int(value)
+        if not _is_int(value):
+            problems.append("%s must be a whole number of %s, got %r" % (
+                var, "seconds" if key in ("interval", "deadline", "window") else key.replace("_", " "), value))
+            continue
+        if value < low:
+            problems.append("%s must be >= %d, got %d%s" % (
+                var, low, value, " (0 would never check again)" if key == "interval" else ""))
+            continue
+        values[key] = value
+    if "interval" in values and "window" in values and values["window"] < values["interval"]:
+        problems.append("sglang_service_watchdog_window (%d s) must be at least sglang_service_watchdog_interval "
+                        "(%d s): a shorter window never holds two checks, so it never counts two restarts"
+                        % (values["window"], values["interval"]))
+    return problems
+
+
 def _flag(flags, key):
     try:
         flag = flags[key]
@@ -521,6 +556,7 @@ class FilterModule(object):
         return {
             "sglang_service_args": sglang_service_args,
             "sglang_service_problems": sglang_service_problems,
+            "sglang_service_watchdog_problems": sglang_service_watchdog_problems,
             "sglang_service_summary": sglang_service_summary,
             "sglang_systemd_exec": sglang_systemd_exec,
             "sglang_systemd_env": sglang_systemd_env,
