@@ -240,6 +240,31 @@ def sglang_service_problems(settings):
     return problems
 
 
+# systemd's longest unit name (UNIT_NAME_MAX, 256 with the NUL), and the longest unit this role names
+# after the server: sglang-<name>-watchdog.service.
+UNIT_NAME_MAX = 255
+_LONGEST_UNIT = "sglang-%s-watchdog.service"
+
+
+def sglang_service_name_problems(name):
+    """Problems with the server name ``name`` (sglang_service_name), which names the unit
+    (sglang-<name>.service), its directories (<config_dir>/<name>, <status_root>/<name>) and files;
+    empty when usable. Checked before the role creates anything, so a refused name leaves nothing
+    behind: letters, digits, '_', '.', '-' only, not '.' or '..' (a path of its own), and short
+    enough for systemd to load its longest unit."""
+    if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9_.-]+$", name):
+        return ["sglang_service_name may only hold letters, digits, '_', '.', '-' (got %r)" % (name,)]
+    if name in (".", ".."):
+        return ["sglang_service_name %r is a path, not a name: give a name such as qwen" % name]
+    longest = len(_LONGEST_UNIT % name)
+    if longest > UNIT_NAME_MAX:
+        return ["sglang_service_name is %d characters long; at most %d fit in systemd's unit names (%s is %d "
+                "characters, systemd allows %d): give a shorter name" % (
+                    len(name), UNIT_NAME_MAX - len(_LONGEST_UNIT % ""), _LONGEST_UNIT % "<name>", longest,
+                    UNIT_NAME_MAX)]
+    return []
+
+
 # The wedge watchdog's numbers (sglang_service_watchdog_*): the least each may be. A zero interval
 # would make systemd refuse the timer (OnUnitInactiveSec=0 never fires again), a zero deadline or
 # window can never see a token or a restart; zero restarts means "stop at the first wedge".
@@ -557,6 +582,7 @@ class FilterModule(object):
             "sglang_service_args": sglang_service_args,
             "sglang_service_problems": sglang_service_problems,
             "sglang_service_watchdog_problems": sglang_service_watchdog_problems,
+            "sglang_service_name_problems": sglang_service_name_problems,
             "sglang_service_summary": sglang_service_summary,
             "sglang_systemd_exec": sglang_systemd_exec,
             "sglang_systemd_env": sglang_systemd_env,

@@ -417,3 +417,33 @@ def test_watchdog_defaults_and_extra_var_strings_pass():
     defaults = yaml.safe_load(Path(__file__).resolve().parents[4].joinpath("roles/service/defaults/main.yml").read_text())
     assert f.sglang_service_watchdog_problems(dict(
         (k, defaults["sglang_service_watchdog_%s" % k]) for k in WATCHDOG)) == []
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("q" * 232, "sglang_service_name is 232 characters long; at most 231 fit"),
+    ("bad name", "may only hold letters, digits"),
+    ("a/b", "may only hold letters, digits"),
+    ("", "may only hold letters, digits"),
+    ("..", "is a path, not a name"),
+    (".", "is a path, not a name"),
+])
+def test_refused_server_names_say_why(name, needle):
+    problems = f.sglang_service_name_problems(name)
+    assert len(problems) == 1 and needle in problems[0], problems
+
+
+def test_usable_server_names_pass_up_to_the_systemd_limit():
+    for name in ("qwen", "qwen3.5-122b_a10b", "q" * 231):
+        assert f.sglang_service_name_problems(name) == []
+    # the longest unit the role makes fits systemd's limit exactly at 231
+    assert len("sglang-%s-watchdog.service" % ("q" * 231)) == 255
+
+
+def test_the_name_is_checked_before_the_role_reads_or_makes_anything():
+    # a name refused after configure.yml made <config_dir>/<name> left that directory behind
+    roles = Path(__file__).resolve().parents[4] / "roles" / "service" / "tasks"
+    main = yaml.safe_load((roles / "main.yml").read_text())
+    files = [t.get("ansible.builtin.import_tasks") for t in main if t.get("ansible.builtin.import_tasks")]
+    assert files.index("preflight.yml") < files.index("configure.yml")
+    first = yaml.safe_load((roles / "preflight.yml").read_text())[0]
+    assert "sglang_service_name_problems" in str(first["vars"]) and "ansible.builtin.assert" in first
