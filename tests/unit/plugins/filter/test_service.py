@@ -445,5 +445,9 @@ def test_the_name_is_checked_before_the_role_reads_or_makes_anything():
     main = yaml.safe_load((roles / "main.yml").read_text())
     files = [t.get("ansible.builtin.import_tasks") for t in main if t.get("ansible.builtin.import_tasks")]
     assert files.index("preflight.yml") < files.index("configure.yml")
-    first = yaml.safe_load((roles / "preflight.yml").read_text())[0]
-    assert "sglang_service_name_problems" in str(first["vars"]) and "ansible.builtin.assert" in first
+    checks = yaml.safe_load((roles / "checks.yml").read_text())
+    assert "sglang_service_name_problems" in str(checks[0]["vars"]) and "ansible.builtin.assert" in checks[0]
+    assert any("sglang_service_watchdog_problems" in str(t.get("vars")) for t in checks)
+    # first in the role's preflight, and in the entry point other roles include before they change anything
+    for entry in ("preflight.yml", "names.yml"):
+        assert yaml.safe_load((roles / entry).read_text())[0].get("ansible.builtin.import_tasks") == "checks.yml"
