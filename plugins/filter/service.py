@@ -240,6 +240,66 @@ def sglang_service_problems(settings):
     return problems
 
 
+# systemd's longest unit name (UNIT_NAME_MAX, 256 with the NUL), and the longest unit this role names
+# after the server: sglang-<name>-watchdog.service.
+UNIT_NAME_MAX = 255
+_LONGEST_UNIT = "sglang-%s-watchdog.service"
+
+
+def sglang_service_name_problems(name):
+    """Problems with the server name ``name`` (sglang_service_name), which names the unit
+    (sglang-<name>.service), its directories (<config_dir>/<name>, <status_root>/<name>) and files;
+    empty when usable. Checked before the role creates anything, so a refused name leaves nothing
+    behind: letters, digits, '_', '.', '-' only, not '.' or '..' (a path of its own), and short
+    enough for systemd to load its longest unit."""
+    if not isinstance(name, str) or not re.match(r"^[A-Za-z0-9_.-]+$", name):
+        return ["sglang_service_name may only hold letters, digits, '_', '.', '-' (got %r)" % (name,)]
+    if name in (".", ".."):
+        return ["sglang_service_name %r is a path, not a name: give a name such as qwen" % name]
+    longest = len(_LONGEST_UNIT % name)
+    if longest > UNIT_NAME_MAX:
+        return ["sglang_service_name is %d characters long; at most %d fit in systemd's unit names (%s is %d "
+                "characters, systemd allows %d): give a shorter name" % (
+                    len(name), UNIT_NAME_MAX - len(_LONGEST_UNIT % ""), _LONGEST_UNIT % "<name>", longest,
+                    UNIT_NAME_MAX)]
+    return []
+
+
+# The wedge watchdog's numbers (sglang_service_watchdog_*): the least each may be. A zero interval
+# would make systemd refuse the timer (OnUnitInactiveSec=0 never fires again), a zero deadline or
+# window can never see a token or a restart; zero restarts means "stop at the first wedge".
+WATCHDOG_MINIMUM = (("interval", 1), ("deadline", 1), ("tokens", 1), ("max_restarts", 0), ("window", 1))
+
+
+def sglang_service_watchdog_problems(watchdog):
+    """Problems with the wedge watchdog's numbers ``watchdog`` ({interval, deadline, tokens,
+    max_restarts, window}, as the role variables sglang_service_watchdog_<key> give them; numeric
+    strings from ``-e`` count as numbers); empty when they are usable."""
+    if not isinstance(watchdog, dict):
+        return ["the watchdog settings must be a dict, got %r" % (watchdog,)]
+    problems = []
+    values = {}
+    for key, low in WATCHDOG_MINIMUM:
+        var = "sglang_service_watchdog_%s" % key
+        value = watchdog.get(key)
+        if isinstance(value, str) and re.match(r"^\s*[+-]?[0-9]+\s*$", value):
+            value = int(value)
+        if not _is_int(value):
+            problems.append("%s must be a whole number of %s, got %r" % (
+                var, "seconds" if key in ("interval", "deadline", "window") else key.replace("_", " "), value))
+            continue
+        if value < low:
+            problems.append("%s must be >= %d, got %d%s" % (
+                var, low, value, " (0 would never check again)" if key == "interval" else ""))
+            continue
+        values[key] = value
+    if "interval" in values and "window" in values and values["window"] < values["interval"]:
+        problems.append("sglang_service_watchdog_window (%d s) must be at least sglang_service_watchdog_interval "
+                        "(%d s): a shorter window never holds two checks, so it never counts two restarts"
+                        % (values["window"], values["interval"]))
+    return problems
+
+
 def _flag(flags, key):
     try:
         flag = flags[key]
@@ -521,6 +581,8 @@ class FilterModule(object):
         return {
             "sglang_service_args": sglang_service_args,
             "sglang_service_problems": sglang_service_problems,
+            "sglang_service_watchdog_problems": sglang_service_watchdog_problems,
+            "sglang_service_name_problems": sglang_service_name_problems,
             "sglang_service_summary": sglang_service_summary,
             "sglang_systemd_exec": sglang_systemd_exec,
             "sglang_systemd_env": sglang_systemd_env,

@@ -376,6 +376,13 @@ def _run_state_lines(doc):
         else:
             out.append("- **Run %s**: run %s (started %s, ended %s); the winner below is the best so far, "
                        "not a decision." % (state, last.get("id"), last.get("started"), last.get("ended", "-")))
+        ended_by = last.get("ended_by") if isinstance(last.get("ended_by"), dict) else None
+        if ended_by:
+            out.append("- **Ended by the node, not the setting**: %s failed with %s, which every candidate would "
+                       "fail the same way, so nothing else was launched: %s Fix the node and run again; the next "
+                       "run launches a candidate again." % (
+                           ended_by.get("key") or "the first launch", ended_by.get("class"),
+                           str(ended_by.get("cause") or "-").rstrip(".") + "."))
     cut = [r for r in runs if r.get("state") == "interrupted"]
     if cut:
         out.append("- Interrupted runs: %s (resumed later)" % ", ".join(

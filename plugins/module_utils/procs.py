@@ -474,3 +474,86 @@ def run_with_timeout(run_command, argv, timeout=None, merge_stderr=False, timeou
     if timeout and timeout_bin and rc in TIMEOUT_RCS:
         raise CommandTimeout("%s did not finish within %g seconds" % (argv[0], timeout))
     return rc, out, err
+
+
+# --------------------------------------------------------------------------------------
+# who holds a TCP port
+# --------------------------------------------------------------------------------------
+
+# /proc/net/tcp socket states (include/net/tcp_states.h): LISTEN, and CLOSE for a socket that is
+# bound but not listening (still enough to make the next bind fail with EADDRINUSE).
+_TCP_LISTEN = "0A"
+_TCP_CLOSE = "07"
+
+
+def parse_proc_net_tcp(text, port):
+    """Inodes of the sockets in a /proc/net/tcp or tcp6 table bound to local ``port`` with no
+    peer (listening, or bound and not listening): ``{inode: state}``, state ``listen`` or
+    ``bound``. Connected sockets (a client's, or one a server accepted) are left out."""
+    found = {}
+    for line in (text or "").splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10:
+            continue
+        local, remote, state, inode = parts[1], parts[2], parts[3].upper(), parts[9]
+        if state not in (_TCP_LISTEN, _TCP_CLOSE) or ":" not in local:
+            continue
+        try:
+            local_port = int(local.rsplit(":", 1)[1], 16)
+            remote_port = int(remote.rsplit(":", 1)[1], 16)
+        except (ValueError, IndexError):
+            continue
+        if local_port != int(port) or remote_port != 0 or inode in ("0", ""):
+            continue
+        found[inode] = "listen" if state == _TCP_LISTEN else "bound"
+    return found
+
+
+def port_holders(port, proc_root="/proc"):
+    """Processes that hold TCP ``port`` (listening or bound), read from /proc: the sockets of
+    /proc/net/tcp and tcp6 on that port, then each process whose /proc/<pid>/fd links to one
+    of them (``socket:[inode]``). Returns ``[{pid, user, command, cmdline, state}]`` sorted by
+    pid; a process whose fds cannot be read (another user's, without root) is not seen. What
+    ``ss -ltnp`` shows, without needing iproute2 on the node."""
+    inodes = {}
+    for table in ("tcp", "tcp6"):
+        inodes.update(parse_proc_net_tcp(_read(os.path.join(proc_root, "net", table)), port))
+    if not inodes:
+        return []
+    wanted = dict(("socket:[%s]" % inode, state) for inode, state in inodes.items())
+    out = []
+    for pid in list_pids(proc_root):
+        fd_dir = os.path.join(proc_root, str(pid), "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        state = None
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target in wanted:
+                state = wanted[target]
+                break
+        if state is None:
+            continue
+        proc = read_process(pid, proc_root) or {}
+        out.append({"pid": pid, "user": proc.get("user"), "command": proc.get("comm"),
+                    "cmdline": proc.get("cmdline"), "state": state})
+    return out
+
+
+def describe_holders(holders, limit=3):
+    """``pid 123 (python3 -m http.server 30000)``, joined with '; ', for a message."""
+    parts = []
+    for holder in (holders or [])[:limit]:
+        what = holder.get("cmdline") or holder.get("command") or "?"
+        if len(what) > 120:
+            what = what[:117] + "..."
+        parts.append("pid %s (%s%s)" % (holder.get("pid"), what,
+                                        ", user %s" % holder["user"] if holder.get("user") else ""))
+    if holders and len(holders) > limit:
+        parts.append("%d more" % (len(holders) - limit))
+    return "; ".join(parts)

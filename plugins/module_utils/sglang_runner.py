@@ -171,11 +171,39 @@ async def _scrape(client, path, timeout):
         return None
 
 
+# Seconds the server gets to answer /health when a repeat had failures: its own deadline, not the
+# request `timeout`, so that requests timing out in the client are not taken for a lost server.
+HEALTH_PROBE_S = 5.0
+
+
+def client_timeout_message(cfg, what):
+    """The message for requests that hit the client's own deadline (the `timeout` option)."""
+    return ("%s did not finish within timeout=%gs, the client's deadline for each request (the "
+            "module's `timeout` option), at %s; the server was not given the time to answer. Raise "
+            "`timeout` (default 600) above the longest request the workload makes"
+            % (what, cfg["timeout"], cfg["url"]))
+
+
+def _is_client_timeout(exc, cfg, client, cap):
+    """True when ``exc`` is a request that ran out of the `timeout` deadline itself, not of a
+    shorter limit of its own: ``cap`` for the request, the client's connect timeout for a connect
+    (a connect that times out under its own 10 s limit is an unreachable server)."""
+    text = str(exc)
+    if "timed out after" not in text:
+        return False
+    if text.startswith("connect to"):
+        cap = min(cap, client.connect_timeout)
+        return float(cfg["timeout"]) <= cap
+    return float(cfg["timeout"]) < cap
+
+
 async def _preflight(client, cfg, warnings):
     probe_t = min(cfg["timeout"], 30.0)
     try:
         status, info, raw = await client.get_json("/server_info", timeout=probe_t)
     except tp.ClientError as exc:
+        if _is_client_timeout(exc, cfg, client, 30.0):
+            raise BenchError(client_timeout_message(cfg, "GET /server_info") + ".")
         raise BenchError("cannot reach the SGLang server at %s (%s). Is it running and listening "
                          "there? Check `url` and the service's --host/--port." % (cfg["url"], exc))
     if status in (401, 403):
@@ -441,7 +469,7 @@ async def _run_level(client, cfg, c, prompts, server_has_info, warnings, workloa
         all_records.extend(records)
         if m["failed"]:
             try:
-                await client.request("GET", "/health", timeout=min(5.0, cfg["timeout"]))
+                await client.request("GET", "/health", timeout=HEALTH_PROBE_S)
             except tp.ClientError:
                 server_lost = True
                 break
@@ -495,6 +523,10 @@ async def _bench(cfg, warnings, workload):
 
 
 def _hint(level, workload, cfg):
+    errors = level.get("errors") or {}
+    timed_out = sum(n for k, n in errors.items() if str(k).startswith("timed out after"))
+    if errors and timed_out == sum(errors.values()):
+        return " " + client_timeout_message(cfg, "Every failed request") + " (the server still answered /health)."
     statuses = set(g["status"] for g in level.get("error_groups") or [])
     if workload.get("prompt_format") == "token_ids" and cfg["endpoint"] != "generate" and \
             statuses & set((400, 422)) and cfg.get("prompts") is None:

@@ -42,7 +42,9 @@ description:
     own CPU time and event-loop lag during each level and sets C(client_limited) when the figures
     may reflect the client rather than the server (CPU > 85% of one core or loop lag p99 > 5 ms).
   - Every request has a deadline (O(timeout)). A server that dies mid-run ends the module with a
-    failure that still returns the levels measured so far.
+    failure that still returns the levels measured so far. Requests that only ran out of that
+    client-side deadline, while the server still answers C(/health) (checked with a deadline of its
+    own), are reported as such, naming O(timeout), not as a server that stopped answering.
   - A level where no request completed has no figures. By default the module then fails, naming
     the level, the number of failed requests and the most common error; the levels up to it are
     returned. Failures at a level above O(max_failure_rate) are a warning and set
@@ -211,7 +213,10 @@ options:
     type: float
     default: 0.95
   timeout:
-    description: Wall-clock deadline of each request in seconds (connect + whole stream).
+    description:
+      - Wall-clock deadline of each request in seconds (connect + whole stream), on the client side.
+      - The probes before the levels use it too (up to 30 s); a level whose requests all ran out of it
+        fails naming this option (or is recorded empty with O(fail_on_empty_level=false)).
     type: float
     default: 600
   flush_cache:

@@ -27,7 +27,8 @@ description:
     first try's orphans) and classifies the failure as V(oom_weights), V(oom_hybrid_state), V(oom_kv_cache),
     V(cuda_graph_capture), V(cuda_oom), V(no_gpu), V(bad_args), V(port_in_use), V(model_missing),
     V(install_broken), V(timeout) or V(unknown),
-    and returns the journal tail.
+    and returns the journal tail; for V(port_in_use) it names the processes holding the port
+    (RV(port_holders)).
   - With O(fail_on_error=false) a failure is returned as data (RV(ready=false) and the class) instead
     of failing the task; a tuning loop uses that to record the failure and go on.
   - Never changes anything on the node, so it always reports RV(ignore:changed=false).
@@ -154,9 +155,20 @@ failure_line:
   type: str
   sample: "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
 hint:
-  description: What to change for this failure class.
+  description:
+    - What to change for this failure class. For V(port_in_use) it names the processes holding the
+      port (RV(port_holders)).
   returned: when not ready
   type: str
+port_holders:
+  description:
+    - For V(port_in_use), the processes that hold the port of O(base_url) when the wait ends (the
+      failed server is gone by then), read from C(/proc/net/tcp) and C(/proc/<pid>/fd) as
+      C(ss -ltnp) shows them; V([]) otherwise or when none can be read.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"pid": 4242, "user": "root", "command": "python3", "cmdline": "python3 -m http.server 30000", "state": "listen"}]
 journal_tail:
   description:
     - The last O(journal_lines) journal lines of the invocation that decided RV(failure_class)
@@ -216,9 +228,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
+from ansible.module_utils.six.moves.urllib.parse import urlparse
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.blackwell.sglang.plugins.module_utils import journal
+from ansible_collections.blackwell.sglang.plugins.module_utils import journal, procs
 
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "NRestarts", "ExecMainPID",
                    "ExecMainStatus", "InvocationID", "Result")
@@ -332,8 +345,9 @@ class Waiter:
     (status or None, body text); clock() -> seconds; sleep(seconds).
     """
 
-    def __init__(self, params, run, http, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, params, run, http, clock=time.monotonic, sleep=time.sleep, holders=None):
         self.p = params
+        self.holders = holders
         self.unit = unit_name(params["unit"])
         self.run = run
         self.http = http
@@ -506,12 +520,35 @@ class Waiter:
             "health_status": self.health_status,
             "generated_tokens": self.generated_tokens,
         }
+        data["port_holders"] = []
         if not ready:
             data["hint"] = journal.hint(failure_class)
+            if failure_class == "port_in_use":
+                data["port_holders"], data["hint"] = self.port_in_use_hint()
             data["msg"] = "%s: failure_class=%s: %s" % (reason, failure_class, data["hint"])
         else:
             data["msg"] = "%s ready after %.1fs" % (self.unit, data["seconds"])
         return data
+
+
+    def port(self):
+        """The server's port, from base_url (80/443 when it names none)."""
+        parsed = urlparse(self.p["base_url"])
+        try:
+            return parsed.port or (443 if parsed.scheme == "https" else 80)
+        except ValueError:
+            return None
+
+    def port_in_use_hint(self):
+        """(holders, hint) for a port in use: who holds the port now (the failed server is gone,
+        so what still listens there is the other process), named with its pid and command."""
+        port = self.port()
+        holders = list(self.holders(port) or []) if (self.holders and port) else []
+        if not holders:
+            return [], "%s (no process holding port %s could be named from /proc)" % (
+                journal.hint("port_in_use").rstrip("."), port)
+        return holders, "Port %s is held by %s: stop that process or give the unit another port (sglang_service_port)." % (
+            port, procs.describe_holders(holders))
 
 
 def _http(method, url, body, headers, timeout):
@@ -563,7 +600,7 @@ def main():
         # The journal can be large; decode leniently rather than fail on a stray byte.
         return module.run_command(argv, errors="surrogate_or_replace")
 
-    waiter = Waiter(p, run, _http)
+    waiter = Waiter(p, run, _http, holders=procs.port_holders)
     try:
         data = waiter.wait()
     except RuntimeError as exc:

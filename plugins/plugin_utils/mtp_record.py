@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import node_fault_of
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError
 
 
@@ -30,7 +31,9 @@ def mtp_tune_attempt(launch):
     ``status`` is ok when the unit came up, the benchmark ran and SGLang did not cap the running
     requests below the judged floor; otherwise ``failure_class`` says which: the service wait's
     class (``unknown`` when it had none), ``capped`` or ``bench_failed``, and ``failure_line``
-    the line that says it. ``metrics`` maps each concurrency level (a string) to its figures:
+    the line that says it; ``port_holders`` the processes holding the port (port_in_use), and
+    ``node_fault`` (mtp_node.node_fault_of: class, cause, line, holders) when the failure is the
+    node's, not the setting's, else None. ``metrics`` maps each concurrency level (a string) to its figures:
     every level on success, and on a failed benchmark the levels it did finish.
     """
     if not isinstance(launch, dict) or not isinstance(launch.get("next"), dict):
@@ -70,6 +73,8 @@ def mtp_tune_attempt(launch):
            "server": bench.get("server"),
            "timings": {"started": launch.get("started"), "launch_s": launch_s, "wait_s": wait.get("seconds"),
                        "bench_s": bench.get("duration_s"), "wall_s": _num(launch.get("wall_s"))}}
+    out["port_holders"] = [] if ready else [h for h in (wait.get("port_holders") or []) if isinstance(h, dict)]
+    out["node_fault"] = node_fault_of(out)
     # a pool's launch (mtp_tune_pool_next) says which node ran it, in which round
     for field in ("node", "round"):
         if nxt.get(field) is not None:

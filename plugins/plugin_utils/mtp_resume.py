@@ -24,6 +24,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import candidate_states
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import node_fault_of
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError, candidate_key
 
 
@@ -155,14 +156,18 @@ def mtp_tune_resume_plan(loaded, candidates, levels=None, workload=None, mismatc
       those measured under ``workload`` and not failed with a class in ``retry_classes``;
     - ``superseded``: the earlier attempts not reused, kept for the record (never deleted);
     - ``mismatched``: ``{key: [differences]}`` for candidates measured under another workload;
-    - ``retry``: keys whose failure (``retry_classes``, default ``bench_failed``) is tried again;
+    - ``retry``: keys whose failure (``retry_classes``, default ``bench_failed``) is tried again, and
+      those that failed for a reason of the node (mtp_node.node_fault_of: never reused, whatever
+      ``retry_classes`` says);
+    - ``node_faults``: ``{key: failure class}`` of the latter;
     - ``stop``: a message when ``mismatch`` is ``stop`` and something was measured under another
       workload (the role fails with it before any restart), else None.
     """
     if mismatch not in MISMATCH_CHOICES:
         raise AnsibleFilterError("mtp_tune_resume_mismatch must be measure or stop, got %r" % (mismatch,))
     classes = set(str(c).lower() for c in (["bench_failed"] if retry_classes is None else retry_classes))
-    out = {"attempts": [], "superseded": [], "mismatched": {}, "retry": [], "stop": None, "message": "nothing to resume"}
+    out = {"attempts": [], "superseded": [], "mismatched": {}, "retry": [], "node_faults": {}, "stop": None,
+           "message": "nothing to resume"}
     if force or not loaded:
         return out
     atts = loaded.get("attempts") if isinstance(loaded, dict) else loaded
@@ -177,6 +182,14 @@ def mtp_tune_resume_plan(loaded, candidates, levels=None, workload=None, mismatc
             out["mismatched"].setdefault(key, diff)
             continue
         if att.get("status") == "failed" and str(att.get("failure_class") or "").lower() in classes:
+            if key not in out["retry"]:
+                out["retry"].append(key)
+            continue
+        # A failure of the node says nothing about the setting, and the node may have been fixed
+        # since: the candidate is launched again (if it fails the same way, the run ends there).
+        fault = node_fault_of(att)
+        if fault is not None:
+            out["node_faults"].setdefault(key, fault.get("class"))
             if key not in out["retry"]:
                 out["retry"].append(key)
             continue
@@ -201,8 +214,12 @@ def mtp_tune_resume_plan(loaded, candidates, levels=None, workload=None, mismatc
                 "Nothing was restarted. Re-run with mtp_tune_resume_mismatch=measure to measure those "
                 "candidates again (the old figures stay in results.json under 'superseded'), or give "
                 "a new mtp_tune_run_name." % (", ".join(sorted(out["mismatched"])), "; ".join(out["mismatched"][first])))
-    if out["retry"]:
-        parts.append("retrying %s (failed with %s)" % (", ".join(out["retry"]), ", ".join(sorted(classes))))
+    retried = [k for k in out["retry"] if k not in out["node_faults"]]
+    if retried:
+        parts.append("retrying %s (failed with %s)" % (", ".join(retried), ", ".join(sorted(classes))))
+    if out["node_faults"]:
+        parts.append("launching again what the node failed, not the setting: %s" % ", ".join(
+            "%s (%s)" % (k, c) for k, c in sorted(out["node_faults"].items())))
     out["message"] = "; ".join(parts)
     return out
 
@@ -230,9 +247,10 @@ def mtp_tune_runs(loaded, run_id=None, started=None, state="running"):
     return runs
 
 
-def mtp_tune_run_state(runs, run_id, state, ended=None):
+def mtp_tune_run_state(runs, run_id, state, ended=None, ended_by=None):
     """``runs`` with this run's entry set to ``state`` (and ``ended``); unchanged when this run
-    never joined the history."""
+    never joined the history.  ``ended_by``: the node fault that ended it (mtp_tune_node_fault),
+    kept as ``ended_by`` {class, cause, key}; a later call without it leaves it as it is."""
     if state not in RUN_STATES:
         raise AnsibleFilterError("run state must be one of %s, got %r" % (", ".join(RUN_STATES), state))
     out = []
@@ -242,6 +260,9 @@ def mtp_tune_run_state(runs, run_id, state, ended=None):
             run["state"] = state
             if ended:
                 run["ended"] = ended
+            if isinstance(ended_by, dict) and ended_by.get("class"):
+                run["ended_by"] = dict((k, ended_by.get(k)) for k in ("class", "cause", "key", "node")
+                                       if ended_by.get(k) is not None)
         out.append(run)
     return out
 

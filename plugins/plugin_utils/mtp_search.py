@@ -17,6 +17,7 @@ from ansible_collections.blackwell.sglang.plugins.module_utils.bench_metrics imp
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     level_of, mtp_tune_pick_best, mtp_tune_score, tie_band, under_node_noise)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
@@ -671,6 +672,10 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
 
+    A launch of this run that failed for a reason of the node, not of the setting (mtp_tune_node_fault:
+    port in use, model missing, install broken, no GPU, an argument every candidate shares) ends
+    the search at once: every other candidate would fail the same way.
+
     With ``noise_launches``, the run's first measured setting is launched that many more times
     before the search goes on: the spread between those launches is the node's noise
     (mtp_tune_node_noise), and every band and bound after it uses that when it is larger than
@@ -690,6 +695,9 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
     fit = fit_ladder if (spec.fit_retry and isinstance(fit_ladder, dict)) else None
     classes = fit_classes_of(spec.fit_classes)
     attempts = list(attempts or [])
+    # The node failed the last launch for a reason every candidate shares: nothing more to learn.
+    if mtp_tune_node_fault(attempts) is not None:
+        return None
     launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
 
     if spec.max_launches is not None and launches >= spec.max_launches:
@@ -821,6 +829,8 @@ def mtp_tune_complete(attempts, spec=None):
     spec = spec_from(spec)
     want = list(spec.levels)
     attempts = list(attempts or [])
+    if mtp_tune_node_fault(attempts) is not None:
+        return None
     launches = sum(1 for a in attempts if a.get("status") in ("ok", "failed") and not a.get("resumed"))
     if spec.max_launches is not None and launches >= spec.max_launches:
         return None

@@ -86,7 +86,7 @@ def cost(candidate):
 def mtp_tune_candidates(steps, topk=None, draft_tokens=None):
     """Normalise the operator's lists into candidates ordered from cheapest to dearest.
 
-    ``steps`` is a list of positive integers; ``topk`` a list (default ``[1]``).  With topk 1,
+    ``steps`` is a list of positive integers; ``topk`` a non-empty list (None: ``[1]``).  With topk 1,
     SGLang forces draft tokens to steps + 1, so that is what is rendered.  With topk > 1 the
     draft tree size must be given in ``draft_tokens`` (each value within steps+1 .. steps*topk+1,
     the range SGLang's own bench_speculative keeps); pairs outside that range are dropped.
@@ -99,10 +99,14 @@ def mtp_tune_candidates(steps, topk=None, draft_tokens=None):
     bad = [s for s in steps_list if s < 1]
     if bad:
         raise AnsibleFilterError("mtp_tune_steps items must be >= 1, got %r" % bad)
-    topks = [1] if topk in (None, "", []) else topk
+    topks = [1] if topk in (None, "") else topk
     if isinstance(topks, (str, bytes, dict)) or not hasattr(topks, "__iter__"):
         topks = [topks]
     topks = [as_int(k, "mtp_tune_topk item") for k in topks]
+    if not topks:
+        # an empty list is a mistake, not "the default": say so before any launch
+        raise AnsibleFilterError("mtp_tune_topk is empty: give at least one EAGLE topk, e.g. [1] (the default; "
+                                 "values above 1 also need mtp_tune_draft_tokens)")
     if any(k < 1 for k in topks):
         raise AnsibleFilterError("mtp_tune_topk items must be >= 1, got %r" % topks)
     drafts = [] if draft_tokens in (None, "") else draft_tokens
@@ -243,6 +247,16 @@ def _number(value, var):
         raise AnsibleFilterError("%s must be a number, got %r" % (var, value))
 
 
+def _limit(value, var, unit):
+    """An SLO limit: None when unset, else a number > 0 (a limit of zero or below can never be met,
+    or is met by everything)."""
+    out = _number(value, var)
+    if out is not None and (math.isnan(float(out)) or out <= 0):
+        raise AnsibleFilterError("%s must be a number > 0 (%s), got %r: give the limit the objective slo "
+                                 "judges by, or leave it null" % (var, unit, value))
+    return out
+
+
 def _flag(value, var):
     if isinstance(value, bool):
         return value
@@ -261,6 +275,16 @@ def _list(value, var):
     return list(value)
 
 
+def spec_problems(value):
+    """What is wrong with the spec ``value`` (what spec_from refuses), as a list of messages naming
+    the role variable to fix; [] when it is usable.  The role checks it before any restart."""
+    try:
+        spec_from(value)
+    except AnsibleFilterError as exc:
+        return [str(exc)]
+    return []
+
+
 def spec_from(value=None):
     """The TuneSpec of ``value``: a dict with any of SPEC_FIELDS (the role builds it once, as
     ``_mtp_tune_spec``), None for every default, or a TuneSpec (returned as it is).
@@ -270,7 +294,7 @@ def spec_from(value=None):
     ``strategy``: sweep or adaptive; ``probe_ends``: both, high, low or none (true = both,
     false = none); ``level``, ``seed``, ``max_launches``, ``remeasure_launches``,
     ``noise_launches``: integers; ``levels``: a list of integers; ``slo_min_tps``,
-    ``slo_max_ttft_p99_ms``: numbers; ``noise``, ``verify_tolerance``: fractions >= 0;
+    ``slo_max_ttft_p99_ms``: numbers > 0; ``noise``, ``verify_tolerance``: fractions >= 0;
     ``fit_retry``, ``converge``: booleans; ``fit_classes``: a list of failure classes.
     """
     if isinstance(value, TuneSpec):
@@ -296,8 +320,8 @@ def spec_from(value=None):
         objective=_choice(got["objective"], OBJECTIVES, "latency", var["objective"]),
         level=None if _absent(got["level"]) else as_int(got["level"], var["level"]),
         levels=levels,
-        slo_min_tps=_number(got["slo_min_tps"], var["slo_min_tps"]),
-        slo_max_ttft_p99_ms=_number(got["slo_max_ttft_p99_ms"], var["slo_max_ttft_p99_ms"]),
+        slo_min_tps=_limit(got["slo_min_tps"], var["slo_min_tps"], "per-request tok/s"),
+        slo_max_ttft_p99_ms=_limit(got["slo_max_ttft_p99_ms"], var["slo_max_ttft_p99_ms"], "milliseconds"),
         noise=as_fraction(got["noise"], var["noise"], 0.015),
         strategy=_choice(got["strategy"], STRATEGIES, "climb", var["strategy"]),
         seed=3 if _absent(got["seed"]) else as_int(got["seed"], var["seed"]),

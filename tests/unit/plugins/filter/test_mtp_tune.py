@@ -13,6 +13,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune as filters
+from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune_checks as filters_checks
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, fit_classes_of, mtp_tune_capped, mtp_tune_fit_ladder)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
@@ -130,6 +131,26 @@ def test_candidates_topk1_draft_is_steps_plus_one_sorted_and_deduplicated():
 def test_candidates_bad_steps_fail_clearly(bad):
     with pytest.raises(AnsibleFilterError, match="mtp_tune_steps"):
         mtp_tune_candidates(bad)
+
+
+def test_candidates_empty_topk_list_is_refused_not_taken_for_the_default():
+    with pytest.raises(AnsibleFilterError, match=r"mtp_tune_topk is empty: give at least one EAGLE topk, e\.g\. \[1\]"):
+        mtp_tune_candidates([3, 4], topk=[])
+    # unset still means the default
+    assert [c["topk"] for c in mtp_tune_candidates([3], topk=None)] == [1]
+
+
+@pytest.mark.parametrize("key, var", [("slo_min_tps", "mtp_tune_slo_min_tps"),
+                                      ("slo_max_ttft_p99_ms", "mtp_tune_slo_max_ttft_p99_ms")])
+@pytest.mark.parametrize("value", [-5, "-5", 0, "0", -0.5])
+def test_slo_limits_of_zero_or_below_are_refused_naming_the_variable(key, var, value):
+    # whatever the objective: the run checks its spec before any restart (tasks/preflight.yml)
+    for objective in ("slo", "latency"):
+        problems = filters_checks.FilterModule().filters()["mtp_tune_spec_problems"]({"objective": objective, key: value})
+        assert len(problems) == 1 and problems[0].startswith("%s must be a number > 0" % var), problems
+        with pytest.raises(AnsibleFilterError, match=var):
+            spec_from({"objective": objective, key: value})
+    assert filters_checks.FilterModule().filters()["mtp_tune_spec_problems"]({"objective": "slo", key: 300}) == []
 
 
 def test_candidates_topk_above_one_needs_draft_tokens_in_range():

@@ -387,3 +387,67 @@ def test_node_key_from_each_layout():
     assert "unclosed-secret" not in str(exc.value)
     with pytest.raises(f.AnsibleFilterError, match="kind must be"):
         f.sglang_service_node_key("x", "ini")
+
+
+WATCHDOG = {"interval": 60, "deadline": 120, "tokens": 4, "max_restarts": 3, "window": 3600}
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("interval", 0, "sglang_service_watchdog_interval must be >= 1, got 0 (0 would never check again)"),
+    ("interval", "0", "sglang_service_watchdog_interval must be >= 1, got 0"),
+    ("interval", -60, "sglang_service_watchdog_interval must be >= 1, got -60"),
+    ("deadline", 0, "sglang_service_watchdog_deadline must be >= 1, got 0"),
+    ("tokens", 0, "sglang_service_watchdog_tokens must be >= 1, got 0"),
+    ("max_restarts", -1, "sglang_service_watchdog_max_restarts must be >= 0, got -1"),
+    ("window", 0, "sglang_service_watchdog_window must be >= 1, got 0"),
+    ("window", 30, "sglang_service_watchdog_window (30 s) must be at least sglang_service_watchdog_interval (60 s)"),
+    ("interval", "soon", "sglang_service_watchdog_interval must be a whole number of seconds, got 'soon'"),
+    ("interval", 1.5, "sglang_service_watchdog_interval must be a whole number of seconds, got 1.5"),
+])
+def test_watchdog_numbers_that_make_no_sense_are_refused(key, value, needle):
+    problems = f.sglang_service_watchdog_problems(dict(WATCHDOG, **{key: value}))
+    assert len(problems) == 1 and needle in problems[0], problems
+
+
+def test_watchdog_defaults_and_extra_var_strings_pass():
+    assert f.sglang_service_watchdog_problems(WATCHDOG) == []
+    assert f.sglang_service_watchdog_problems(dict((k, str(v)) for k, v in WATCHDOG.items())) == []
+    # zero restarts: stop at the first wedge instead of restarting, a meaningful choice
+    assert f.sglang_service_watchdog_problems(dict(WATCHDOG, max_restarts=0)) == []
+    defaults = yaml.safe_load(Path(__file__).resolve().parents[4].joinpath("roles/service/defaults/main.yml").read_text())
+    assert f.sglang_service_watchdog_problems(dict(
+        (k, defaults["sglang_service_watchdog_%s" % k]) for k in WATCHDOG)) == []
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("q" * 232, "sglang_service_name is 232 characters long; at most 231 fit"),
+    ("bad name", "may only hold letters, digits"),
+    ("a/b", "may only hold letters, digits"),
+    ("", "may only hold letters, digits"),
+    ("..", "is a path, not a name"),
+    (".", "is a path, not a name"),
+])
+def test_refused_server_names_say_why(name, needle):
+    problems = f.sglang_service_name_problems(name)
+    assert len(problems) == 1 and needle in problems[0], problems
+
+
+def test_usable_server_names_pass_up_to_the_systemd_limit():
+    for name in ("qwen", "qwen3.5-122b_a10b", "q" * 231):
+        assert f.sglang_service_name_problems(name) == []
+    # the longest unit the role makes fits systemd's limit exactly at 231
+    assert len("sglang-%s-watchdog.service" % ("q" * 231)) == 255
+
+
+def test_the_name_is_checked_before_the_role_reads_or_makes_anything():
+    # a name refused after configure.yml made <config_dir>/<name> left that directory behind
+    roles = Path(__file__).resolve().parents[4] / "roles" / "service" / "tasks"
+    main = yaml.safe_load((roles / "main.yml").read_text())
+    files = [t.get("ansible.builtin.import_tasks") for t in main if t.get("ansible.builtin.import_tasks")]
+    assert files.index("preflight.yml") < files.index("configure.yml")
+    checks = yaml.safe_load((roles / "checks.yml").read_text())
+    assert "sglang_service_name_problems" in str(checks[0]["vars"]) and "ansible.builtin.assert" in checks[0]
+    assert any("sglang_service_watchdog_problems" in str(t.get("vars")) for t in checks)
+    # first in the role's preflight, and in the entry point other roles include before they change anything
+    for entry in ("preflight.yml", "names.yml"):
+        assert yaml.safe_load((roles / entry).read_text())[0].get("ansible.builtin.import_tasks") == "checks.yml"

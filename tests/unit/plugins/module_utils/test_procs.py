@@ -323,3 +323,58 @@ def test_run_with_timeout_limits_a_hung_command(run_command):
 def test_run_with_timeout_missing_binary(run_command):
     with pytest.raises(OSError):
         procs.run_with_timeout(run_command, ["/nonexistent/binary"], 1)
+
+
+# ----------------------------------------------------------------------------------------
+# who holds a TCP port
+# ----------------------------------------------------------------------------------------
+
+_TCP_HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+               "timeout inode\n")
+
+
+def _tcp_row(n, local, remote, state, inode):
+    return ("%4d: %s %s %s 00000000:00000000 00:00000000 00000000     0        0 %s 1 "
+            "0000000000000000 100 0 0 10 0\n" % (n, local, remote, state, inode))
+
+
+def test_parse_proc_net_tcp_keeps_listening_and_bound_sockets_of_the_port():
+    # 0x7530 = 30000; a connected socket on the port (an accepted client) is not a holder
+    text = (_TCP_HEADER
+            + _tcp_row(0, "0100007F:7530", "00000000:0000", "0A", "111")
+            + _tcp_row(1, "0100007F:7530", "0100007F:D431", "01", "222")
+            + _tcp_row(2, "00000000:7530", "00000000:0000", "07", "333")
+            + _tcp_row(3, "0100007F:7531", "00000000:0000", "0A", "444"))
+    assert procs.parse_proc_net_tcp(text, 30000) == {"111": "listen", "333": "bound"}
+    assert procs.parse_proc_net_tcp(text, 30002) == {}
+    assert procs.parse_proc_net_tcp("", 30000) == {}
+
+
+def test_port_holders_maps_socket_inodes_to_processes(proc_root):
+    (proc_root / "net").mkdir()
+    (proc_root / "net" / "tcp").write_text(_TCP_HEADER + _tcp_row(0, "0100007F:7530", "00000000:0000", "0A", "5151"))
+    (proc_root / "net" / "tcp6").write_text(_TCP_HEADER)
+    make_proc(proc_root, 300, ["/usr/bin/python3", "-m", "http.server", "30000"], ppid=1,
+              fds=["/dev/null", "socket:[5151]"])
+    make_proc(proc_root, 301, ["/usr/bin/python3", "client.py"], ppid=1, fds=["socket:[9999]"])
+    holders = procs.port_holders(30000, str(proc_root))
+    assert [(h["pid"], h["cmdline"], h["state"]) for h in holders] == [
+        (300, "/usr/bin/python3 -m http.server 30000", "listen")]
+    assert procs.describe_holders(holders) == "pid 300 (/usr/bin/python3 -m http.server 30000, user root)"
+    assert procs.port_holders(30001, str(proc_root)) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc/net/tcp")
+def test_port_holders_finds_this_process_listening_on_loopback():
+    import socket
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        holders = procs.port_holders(port)
+        assert os.getpid() in [h["pid"] for h in holders]
+        assert [h["state"] for h in holders if h["pid"] == os.getpid()] == ["listen"]
+    finally:
+        sock.close()
+    assert os.getpid() not in [h["pid"] for h in procs.port_holders(port)]

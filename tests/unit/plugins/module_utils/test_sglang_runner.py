@@ -172,6 +172,36 @@ def test_hanging_server_times_out():
     assert elapsed < 5
 
 
+def test_requests_that_time_out_in_the_client_name_the_timeout_not_a_lost_server():
+    # the server answers /health and /server_info at once, but each request needs longer than the
+    # client's deadline: that is the `timeout` option's doing, and the message says so
+    with FakeServerThread(hang=True) as f:
+        with pytest.raises(runner.BenchError) as exc:
+            _run(f.url, concurrency=[2], num_prompts=2, warmup=0, timeout=0.25)
+    msg = str(exc.value)
+    assert "stopped answering" not in msg
+    assert "timeout=0.25s" in msg and "Raise `timeout`" in msg
+    assert not exc.value.partial["levels"][0]["server_lost"]
+
+
+def test_the_health_check_after_failures_has_its_own_deadline(monkeypatch):
+    # a 1 ms request deadline must not be the deadline of the /health check that decides whether
+    # the server is lost
+    asked = []
+    real = runner.tp.Client.request
+
+    async def request(self, method, path, payload=None, timeout=None):
+        if path == "/health":
+            asked.append(timeout)
+        return await real(self, method, path, payload, timeout)
+
+    monkeypatch.setattr(runner.tp.Client, "request", request)
+    with FakeServerThread(hang=True) as f:
+        with pytest.raises(runner.BenchError):
+            _run(f.url, concurrency=[1], num_prompts=1, warmup=0, timeout=0.2)
+    assert asked == [runner.HEALTH_PROBE_S]
+
+
 # ------------------------------------------------------------------ check mode, event-loop lag
 def test_loop_lag_monitor_sees_a_blocked_loop():
     async def main():

@@ -193,3 +193,16 @@ def test_unexpected_error_is_a_clean_failure(monkeypatch):
     assert res.kind == "fail"
     assert "failed unexpectedly (OSError" in res.result["msg"]
     assert "Traceback" in res.result["exception"]
+
+
+def test_a_client_side_request_timeout_is_reported_as_such_not_as_a_lost_server():
+    # 1 ms per request: every request times out in the client while the server answers; the
+    # message names the option to raise, not "the server stopped answering"
+    with FakeServerThread(tokens_per_chunk=2) as f:
+        res = run({"url": f.url, "concurrency": [1, 2], "input_len": 4, "output_len": 12,
+                   "num_prompts": 4, "timeout": 0.001})
+    assert res.kind == "fail", res.result
+    msg = res.result["msg"]
+    assert "stopped answering" not in msg
+    assert "timeout" in msg and "0.001" in msg
+    assert "Traceback" not in msg

@@ -265,6 +265,40 @@ def test_port_in_use():
                     journal={"inv1": ["y [Errno 98] error while attempting to bind on address: address already in use"]})
     data, _clock = wait(node)
     assert data["failure_class"] == "port_in_use"
+    assert data["port_holders"] == []
+
+
+def test_port_in_use_names_the_process_holding_the_port():
+    node = FakeNode([{"ActiveState": "failed", "SubState": "failed"}],
+                    journal={"inv1": ["y [Errno 98] error while attempting to bind on address: address already in use"]})
+    asked = []
+    holder = {"pid": 4242, "user": "root", "command": "python3", "cmdline": "python3 -m http.server 30000",
+              "state": "listen"}
+
+    def holders(port):
+        asked.append(port)
+        return [holder]
+
+    clock = Clock()
+    data = m.Waiter(dict(PARAMS, base_url="http://127.0.0.1:30000"), node.run, node.http, clock=clock,
+                    sleep=clock.sleep, holders=holders).wait()
+    assert asked == [30000]
+    assert data["port_holders"] == [holder]
+    assert "pid 4242 (python3 -m http.server 30000, user root)" in data["hint"]
+    assert "sglang_service_port" in data["hint"]
+    assert "pid 4242" in data["msg"]
+
+
+def test_holders_are_only_looked_up_for_a_port_in_use():
+    lines = ["x sglang serve: error: unrecognized arguments: --bogus"]
+    node = FakeNode([{"ActiveState": "failed", "SubState": "failed"}], journal={"inv1": lines})
+    clock = Clock()
+
+    def holders(port):
+        raise AssertionError("asked for the holders of %s" % port)
+
+    data = m.Waiter(dict(PARAMS), node.run, node.http, clock=clock, sleep=clock.sleep, holders=holders).wait()
+    assert data["failure_class"] == "bad_args" and data["port_holders"] == []
 
 
 def test_journal_argv_reads_the_unit_as_json():
