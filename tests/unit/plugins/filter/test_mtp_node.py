@@ -125,9 +125,11 @@ def test_a_node_fault_ends_the_search_after_one_launch(strategy, cls):
 
 
 def test_a_setting_failure_still_goes_on_to_the_next_candidate():
-    made, _attempts = _search("sweep", _wait("oom_weights", "ValueError: Loaded weights leave no GPU memory for the "
-                                             "KV cache under --mem-fraction-static=0.8"))
-    assert len(made) > 1
+    # a failure of the setting that bounds nothing dearer (a crash, a start that timed out): the
+    # search goes on; a memory failure instead rules out the dearer drafts of its topk (cannot_fit)
+    for cls, line in (("unknown", "Fatal Python error: Segmentation fault"), ("timeout", "")):
+        made, _attempts = _search("sweep", _wait(cls, line))
+        assert len(made) > 1, cls
 
 
 def test_a_node_fault_after_measured_launches_still_ends_the_search():
