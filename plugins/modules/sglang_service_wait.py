@@ -530,7 +530,6 @@ class Waiter:
             data["msg"] = "%s ready after %.1fs" % (self.unit, data["seconds"])
         return data
 
-
     def port(self):
         """The server's port, from base_url (80/443 when it names none)."""
         parsed = urlparse(self.p["base_url"])

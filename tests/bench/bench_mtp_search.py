@@ -960,7 +960,7 @@ def operator_bench(baselines):
     print("\nThe operator's node end to end (%s, %s, tp %d; fit search on, noise-free): %d cases (%s)" % (
         OPERATOR_NODE + (len(cases), "objective x radix cache x acceptance x steps list")))
     starts = {True: operator_start(True), False: operator_start(False)}
-    mods = [("this", NEW)] + [(ref, mod) for ref, mod in baselines]
+    mods = [("this", NEW)] + list(baselines)
     # the truth: the sweep of the oldest tuner given, with no launch budget (every candidate and every
     # fit search to its end)
     truth_of = [operator_tune(mods[-1][1], case, "sweep", max_launches=None, starts=starts[case["radix"]])[1]
@@ -990,20 +990,13 @@ def operator_bench(baselines):
                       label, tot["launches"], tot["capped"], tot["failed"], tot["fit"], tot["budget"], tot["right"],
                       len(cases), same))
     # each of the three wastes and the record, on the case that shows it
-    shown = (("climb under an slo", "climb", {"objective": "slo", "levels": LEVELS[:-1], "slo_min_tps": 60.0,
-                                               "alpha": perf.ALPHA_REALISTIC, "radix": True, "steps": STEPS}),
-             ("the same, steps 1..16", "climb", {"objective": "slo", "levels": LEVELS[:-1], "slo_min_tps": 60.0,
-                                                  "alpha": perf.ALPHA_REALISTIC, "radix": True,
-                                                  "steps": list(range(1, 17))}),
-             ("fit bisection of what cannot win", "climb", {"objective": "latency", "levels": LEVELS, "slo_min_tps": None,
-                                                            "alpha": perf.ALPHA_SYNTHETIC, "radix": False,
-                                                            "steps": list(range(1, 17))}),
-             ("the sweep's fit bisections", "sweep", {"objective": "throughput", "levels": LEVELS, "slo_min_tps": None,
-                                                      "alpha": perf.ALPHA_SYNTHETIC, "radix": False,
-                                                      "steps": list(range(1, 17))}),
-             ("one feasible of several measured", "climb", {"objective": "slo", "levels": LEVELS[:-1],
-                                                            "slo_min_tps": 278.0, "alpha": perf.ALPHA_SYNTHETIC,
-                                                            "radix": True, "steps": STEPS}))
+    slo = {"objective": "slo", "levels": LEVELS[:-1], "slo_min_tps": 60.0, "alpha": perf.ALPHA_REALISTIC, "radix": True}
+    deep = {"levels": LEVELS, "slo_min_tps": None, "alpha": perf.ALPHA_SYNTHETIC, "radix": False, "steps": list(range(1, 17))}
+    shown = (("climb under an slo", "climb", dict(slo, steps=STEPS)),
+             ("the same, steps 1..16", "climb", dict(slo, steps=list(range(1, 17)))),
+             ("fit bisection of what cannot win", "climb", dict(deep, objective="latency")),
+             ("the sweep's fit bisections", "sweep", dict(deep, objective="throughput")),
+             ("one feasible of several measured", "climb", dict(slo, slo_min_tps=278.0, alpha=perf.ALPHA_SYNTHETIC, steps=STEPS)))
     for what, strategy, case in shown:
         print("  %s (%s, %s):" % (what, strategy, _case_name(case)))
         for label, mod in mods:
@@ -1023,7 +1016,7 @@ def unchanged_bench(baselines, noisy=2, cv=0.025):
     tunes each with untold noise (the same draws for both refs, one noise launch in the last), the tunes
     whose launches (candidate and reason, in order) and winner are the same, and the winners that
     differ: within the band of the true best for each ref."""
-    global STEPS, SEARCH  # pylint: disable=global-statement
+    global SEARCH  # pylint: disable=global-statement
     search, SEARCH = SEARCH, "adaptive"  # each strategy by its own name, for both refs
     try:
         _unchanged(baselines, noisy, cv)

@@ -188,8 +188,8 @@ def main():
                 parts = []
                 for k in (1, 2, 4):
                     caught, how = bound(rows, cv, k, args.slower)
-                    parts.append("%d smoke%s %.1f %%%s" % (k, "" if k == 1 else "s", caught * 100,
-                                                          " (c %.2f, z %.1f)" % how[:2] if how else ""))
+                    detail = " (c %.2f, z %.1f)" % how[:2] if how else ""
+                    parts.append("%d smoke%s %.1f %%%s" % (k, "" if k == 1 else "s", caught * 100, detail))
                 print("   bound, the noise known exactly: %.0f %% slower caught at <= %.0f %% false failures with "
                       "%s" % (args.slower * 100, TARGET_FALSE * 100, ", ".join(parts)))
 

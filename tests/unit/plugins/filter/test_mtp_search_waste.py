@@ -43,9 +43,11 @@ def fits_below(limits):
     return start
 
 
-def run(strategy, objective, start, steps=STEPS, levels=LEVELS, slo_min_tps=None, alpha=perf.ALPHA_SYNTHETIC,
+def run(strategy, objective, start, steps=None, levels=None, slo_min_tps=None, alpha=perf.ALPHA_SYNTHETIC,
         radix=True, max_launches=None, level=None):
     """A tune as the role runs it with mtp_tune_fit_retry on; returns (attempts, spec, plan, candidates)."""
+    steps = STEPS if steps is None else steps
+    levels = LEVELS if levels is None else levels
     floor = 1 if objective == "latency" else max(levels)
     plan = mtp_tune_fit_ladder(None, None, 4, floor, radix_cache=radix)
     cands = mtp_tune_candidates(list(steps))
