@@ -1001,8 +1001,8 @@ def operator_bench(baselines):
         print("  %s (%s, %s):" % (what, strategy, _case_name(case)))
         for label, mod in mods:
             atts, best, _plan, _cands, _spec = operator_tune(mod, case, strategy, starts=starts[case["radix"]])
-            print("    %-8s %2d launches: %s -> %s (%s)" % (label, len(atts), _launch_line(atts),
-                                                           (best["winner"] or {}).get("key"), best["decided_by"]))
+            winner = (best["winner"] or {}).get("key")
+            print("    %-8s %2d launches: %s -> %s (%s)" % (label, len(atts), _launch_line(atts), winner, best["decided_by"]))
     case = shown[3][2]
     atts, _best, plan, cands, spec = operator_tune(NEW, case, "sweep", max_launches=20, starts=starts[False])
     cut = NEW.mtp_tune_cut_short(atts, cands, plan, spec)
