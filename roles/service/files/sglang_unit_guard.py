@@ -298,10 +298,10 @@ def shm_sweep_plan(entries, uid, procs_seen):
       - no live process maps it or holds it open;
       - no process whose maps could not be read could have it: one running as ``uid`` (any of
         its uids), or any such process when the segment's mode lets group or others in. Root's
-        processes are not counted: a root process can open every file, so counting them would
-        keep every segment on every host (systemd is root), and these families are shared only
-        among processes of their creator's user (0600: load_snapshot, SharedMemory, NCCL's
-        mkstemp, sem_open);
+        processes are not counted for a 0600 segment of another user: root can open every file,
+        so counting them would keep every segment on every host (systemd is root), and these
+        families are shared only among processes of their creator's user (0600: load_snapshot,
+        SharedMemory, NCCL's mkstemp, sem_open);
       - pid-stamped: its creator is dead: no live process has that pid, or the one that has it
         started more than SHM_CLOCK_SLACK seconds after the segment's last write (a reused
         pid: the creator existed when it wrote the segment). 0.5.23 keeps any live pid.
@@ -330,7 +330,7 @@ def shm_sweep_plan(entries, uid, procs_seen):
                                           and creator["start"] > entry["mtime"] + SHM_CLOCK_SLACK):
             item["why"] = "its creator %d is alive" % pid
         elif blind:
-            item["why"] = "pid %d of the same user cannot be read" % int(blind[0]["pid"])
+            item["why"] = "unreadable pid %d could use it" % int(blind[0]["pid"])
         else:
             item["why"] = ("its creator %d is gone" % pid if pid is not None and creator is None
                            else "pid %d was reused" % pid if pid is not None else "no process uses it")
@@ -342,7 +342,8 @@ def shm_sweep_plan(entries, uid, procs_seen):
 
 def shm_sweep_line(removed, kept, shm_dir, user):
     """The journal line of a sweep: counts per family, the bytes freed, the first names."""
-    if not removed and not [k for k in kept if "cannot be read" in k["why"]]:
+    blind = [k for k in kept if k["why"].startswith("unreadable pid")]
+    if not removed and not blind:
         return None
     families = {}
     for item in removed:
@@ -356,9 +357,8 @@ def shm_sweep_line(removed, kept, shm_dir, user):
     if removed:
         line += ": %s; %s%s" % (", ".join("%s %d" % kv for kv in sorted(families.items())),
                                 " ".join(names[:8]), " and %d more" % (len(names) - 8) if len(names) > 8 else "")
-    blind = [k for k in kept if "cannot be read" in k["why"]]
     if blind:
-        line += "; kept %d that %s may still use" % (len(blind), blind[0]["why"].replace(" cannot be read", ""))
+        line += "; kept %d that %s" % (len(blind), blind[0]["why"].replace(" it", " them" if len(blind) > 1 else " it"))
     return line
 
 

@@ -4,8 +4,10 @@ a clean start may end, the back-off, the exit record and the watchdog's action."
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -344,7 +346,10 @@ def test_shm_sweep_plan_an_unreadable_process_of_the_user_keeps_what_it_could_ma
     # The service user's own process whose /proc cannot be read (not dumpable): it could have
     # any of the user's segments.
     remove, keep = guard.shm_sweep_plan(segs, 999, [_proc(50, uids=(0, 999, 999, 999), readable=False)])
-    assert not remove and all(k["why"] == "pid 50 of the same user cannot be read" for k in keep)
+    assert not remove and all(k["why"] == "unreadable pid 50 could use it" for k in keep)
+    line = guard.shm_sweep_line(remove, keep, "/dev/shm", "sglang")
+    assert line.endswith("removed 0 leaked shared-memory segment(s) of sglang from /dev/shm, 0.0 KiB freed "
+                         "(0.0 KiB in size); kept 3 that unreadable pid 50 could use them"), line
     # Another user's unreadable process could open only what lets group or others in.
     remove, keep = guard.shm_sweep_plan(segs, 999, [_proc(60, uids=(1000,), readable=False)])
     assert sorted(i["name"] for i in remove) == ["nccl-AbC123", "sgl_shm_mq_100_aaaaaaaa"]
@@ -389,8 +394,6 @@ def shm_as_user(tmp_path):
     never root: run as root, the segments, their holders and the sweep run as nobody; a root
     process the sweep cannot read is not counted, as on a node."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
-    import tempfile
-    import shutil
     shm = Path(tempfile.mkdtemp(prefix="guard-test-", dir=base))
     os.chmod(str(shm), 0o1777)
     kwargs = {"user": 65534, "group": 65534} if os.geteuid() == 0 else {}
