@@ -393,9 +393,6 @@ def shm_as_user(tmp_path):
     """(a fresh sticky tmpfs dir standing in for /dev/shm, Popen kwargs). The service user is
     never root: run as root, the segments, their holders and the sweep run as nobody; a root
     process the sweep cannot read is not counted, as on a node."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
-    shm = Path(tempfile.mkdtemp(prefix="guard-test-", dir=base))
-    os.chmod(str(shm), 0o1777)
     kwargs = {"user": 65534, "group": 65534} if os.geteuid() == 0 else {}
     python = sys.executable
     if kwargs:
@@ -404,6 +401,9 @@ def shm_as_user(tmp_path):
         if python is None:
             pytest.skip("run as root, and no Python the nobody user may run")
     kwargs["python"] = python
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
+    shm = Path(tempfile.mkdtemp(prefix="guard-test-", dir=base))
+    os.chmod(str(shm), 0o1777)
     try:
         yield shm, kwargs
     finally:
