@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from sglang_sim import _proc
+from sglang_sim import _proc, shm
 
 CUDA_GRAPH_CAPTURE_FAILED_MSG = (
     "Possible solutions:\n"
@@ -27,6 +27,7 @@ CUDA_GRAPH_CAPTURE_FAILED_MSG = (
 )
 
 _held = []  # open device files and maps, kept for the life of the process
+_segments = []  # shm.Segments of this rank: unlinked on a clean exit only
 
 
 def _gb(mib):
@@ -87,6 +88,10 @@ class _Rank(object):
         if cfg.get("device_error"):
             raise RuntimeError(cfg["device_error"])
         _open_devices(cfg["dev_dir"], cfg["devices"])
+        if cfg.get("shm_dir"):
+            segments = shm.Segments(cfg["shm_dir"], cfg.get("shm_kib", 4))
+            _segments.append(segments)
+            segments.create_rank(self.rank, cfg.get("tp_size", 1), cfg.get("instance_id") or "")
         self.publish(plan["context_mib"])
         self.sleep(load * 0.05)
         self.log("Load weight begin. avail mem=%.2f GB" % _gb(self.avail()))
@@ -182,6 +187,10 @@ def _idle(orphans):
     while True:
         time.sleep(0.5)
         if not orphans and os.getppid() != parent:
+            # A clean exit (the parent left without PDEATHSIG's SIGKILL): what the release's
+            # finalizers unlink goes; every SIGKILL path above leaves it all.
+            for segments in _segments:
+                segments.close()
             os._exit(0)
 
 

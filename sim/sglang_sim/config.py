@@ -23,6 +23,9 @@ SETTINGS = {
     "wedge_after": (float, 0.0),
     "state_dir": (str, "/run/sglang-sim"),
     "dev_dir": (str, "/dev"),
+    # Where ranks create SGLang's shared-memory segments (shm.py), and their size in KiB.
+    "shm_dir": (str, "/dev/shm"),
+    "shm_kib": (int, 4),
     "gpu_memory_mib": (int, None),
     "gpu_count": (int, None),
     "seed": (int, 0),

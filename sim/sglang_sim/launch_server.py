@@ -20,7 +20,7 @@ import sys
 import time
 
 import sglang_sim
-from sglang_sim import _proc, config, memory, perf, server_args
+from sglang_sim import _proc, config, memory, perf, server_args, shm
 from sglang_sim.scheduler import Scheduler
 from sglang_sim.server import Server
 
@@ -239,9 +239,12 @@ class Launcher(object):
         spec = a["speculative_algorithm"] is not None
         capture_bs = server_args.capture_batch_sizes(a["cuda_graph_max_bs_decode"], spec)
         plan0 = None
+        instance_id = shm.new_instance_id()
         for rank in range(tp):
             cfg = {"role": "scheduler", "rank": rank, "state_dir": s["state_dir"],
                    "dev_dir": s["dev_dir"], "time_scale": self.scale,
+                   "shm_dir": s["shm_dir"], "shm_kib": s["shm_kib"], "tp_size": tp,
+                   "instance_id": instance_id,
                    "load_seconds": s["load_seconds"], "orphans": s["orphans"],
                    "log_prefix": " TP%d" % rank if tp > 1 else "",
                    "arch": model["architectures"][0], "capture_bs": capture_bs,

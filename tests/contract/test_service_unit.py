@@ -266,3 +266,14 @@ def test_crash_loop_brake_clean_start_and_exit_record(render):
     assert "--no-clean" in _lines(off, "ExecStartPre=")[0]
     bare = render(sglang_service_clean_start=False, sglang_service_restart_backoff_max=0)
     assert not _lines(bare, "ExecStartPre=") and not _lines(bare, "TimeoutStartSec=")
+
+
+def test_clean_start_sweeps_dev_shm_by_default(render):
+    words = shlex.split(_lines(render(), "ExecStartPre=")[0][len("ExecStartPre="):])
+    assert words[words.index("--shm-dir") + 1] == "/dev/shm"
+    assert words[words.index("--max-failures") + 1] == "5"
+    other = shlex.split(_lines(render(sglang_service_clean_start_shm_dir="/run/shm"), "ExecStartPre=")[0])
+    assert other[other.index("--shm-dir") + 1] == "/run/shm"
+    assert "--shm-dir" not in _lines(render(sglang_service_clean_start_shm=False), "ExecStartPre=")[0]
+    # No clean start, no sweep: the ExecStartPre only backs off.
+    assert "--shm-dir" not in _lines(render(sglang_service_clean_start=False), "ExecStartPre=")[0]

@@ -7,6 +7,7 @@ this script prints or passes on a command line contains it. Prints one JSON obje
 import argparse
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -98,9 +99,63 @@ def sim_config(path, **changes):
     os.replace(tmp, path)
 
 
+# SGLang 0.5.23's /dev/shm families (srt/utils/stale_shm_cleanup.py), for the report below.
+SHM_FAMILIES = ("sgl_shm_", "multi_tokenizer_args_", "sglang_loads_", "cuda.shm.", "nccl-", "sem.loky-")
+
+
+def shm_report(shm_dir, user):
+    """Every file of /dev/shm with its owner, whether it is one of SGLang's families and which
+    live processes map it or hold it open (read as root, so every process counts)."""
+    holders = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        paths = set()
+        try:
+            with open("/proc/%s/maps" % pid) as fh:
+                for line in fh:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6:
+                        paths.add(parts[5].strip())
+            for fd in os.listdir("/proc/%s/fd" % pid):
+                paths.add(os.readlink("/proc/%s/fd/%s" % (pid, fd)))
+        except OSError:
+            continue
+        for path in paths:
+            holders.setdefault(path, []).append(int(pid))
+    uid = pwd.getpwnam(user).pw_uid
+    out = []
+    for name in sorted(os.listdir(shm_dir)):
+        st = os.lstat(os.path.join(shm_dir, name))
+        out.append({"name": name, "service_user": st.st_uid == uid, "sglang": name.startswith(SHM_FAMILIES),
+                    "held_by": sorted(holders.get(os.path.join(shm_dir, name), []))})
+    return out
+
+
+def plant(shm_dir, user):
+    """Segments a crash loop must leave alone or take: another user's (root's) NCCL segment,
+    a service-user file outside SGLang's families, and a service-user SGLang segment whose
+    creator (a process that ran and exited) is dead."""
+    pw = pwd.getpwnam(user)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    made = {"foreign": "nccl-molRoo", "not_sglang": "psm_molecule",
+            "dead_creator": "sgl_shm_mm_%d_0badc0de" % dead.pid}
+    for key, name in made.items():
+        path = os.path.join(shm_dir, name)
+        with open(path, "wb") as fh:
+            fh.write(b"\1" * 4096)
+        os.chmod(path, 0o600)
+        if key != "foreign":
+            os.chown(path, pw.pw_uid, pw.pw_gid)
+    return made
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("fault", choices=["crash", "wedge", "flap"])
+    ap.add_argument("fault", choices=["crash", "wedge", "flap", "plant", "shm"])
+    ap.add_argument("--shm-dir", default="/dev/shm")
+    ap.add_argument("--user", default="sglang")
     ap.add_argument("--unit", default="sglang-qwen.service")
     ap.add_argument("--url", default="http://127.0.0.1:30000")
     ap.add_argument("--port", type=int, default=30000)
@@ -109,6 +164,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--watchdog-record", default="/var/lib/blackwell-sglang/qwen/watchdog.json")
     a = ap.parse_args()
+    if a.fault in ("plant", "shm"):
+        json.dump(plant(a.shm_dir, a.user) if a.fault == "plant" else shm_report(a.shm_dir, a.user), sys.stdout)
+        return 0
     api_key = key(a.config)
     out = {"fault": a.fault}
     if not tokens(a.url, api_key, 10):

@@ -15,6 +15,7 @@ def test_unit_has_the_brake_the_clean_start_and_the_exit_record(host):
     assert "StartLimitIntervalSec=300" in text and "StartLimitBurst=3" in text
     pre = [line for line in text.splitlines() if line.startswith("ExecStartPre=")]
     assert len(pre) == 1 and " clean-start " in pre[0] and "--no-clean" not in pre[0]
+    assert " --shm-dir /dev/shm" in pre[0]
     assert [line for line in text.splitlines() if line.startswith("ExecStopPost=+")]
     assert "KillMode=process" in text
 

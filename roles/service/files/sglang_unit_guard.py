@@ -8,7 +8,10 @@
     clean-start   ExecStartPre, as the unit's user: end what an earlier run of this unit left
                   behind (its orphaned ``sglang::*`` ranks holding GPU memory and the port),
                   wait (bounded) until their GPU memory is back, then back off after failed
-                  starts. One journal line says what it ended.
+                  starts. One journal line says what it ended. Then it sweeps /dev/shm of
+                  the shared-memory segments SGLang leaks (it dies by SIGKILL, which skips
+                  every unlink): the unit's user's only, and only those no live process can
+                  still use (``shm_sweep_plan``); one journal line says what went and how much.
     record-exit   ExecStopPost, as root: classify why this run ended from its own journal
                   lines and write <state_dir>/status.json (atomically).
     watchdog      the unit's watchdog service, as root: ask the loopback server for a few
@@ -28,7 +31,9 @@ the collection's own module_utils, installed next to this file.
 import argparse
 import json
 import os
+import pwd
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -209,6 +214,162 @@ def watchdog_decision(active, ready_seen, health_ok, tokens, history, now, max_r
     return "restart", why
 
 
+# SGLang 0.5.23's families in /dev/shm, as its own CI sweep lists them
+# (srt/utils/stale_shm_cleanup.py: _SGL_SHM_PREFIX and _creator_pid, _ORPHAN_PREFIXES).
+# Pid-stamped: sgl_shm_<kind>_<pid>_<rand> (make_shm_name) and multi_tokenizer_args_<pid>.
+SHM_PID_PREFIXES = ("sgl_shm_", "multi_tokenizer_args_")
+# Pid-less: the load-snapshot slot files, CUDA IPC, NCCL and loky/joblib semaphores.
+SHM_PIDLESS_PREFIXES = ("sglang_loads_", "cuda.shm.", "nccl-", "sem.loky-")
+# Start times come from /proc/stat's btime (whole seconds) plus clock ticks: a process counts
+# as newer than a segment only when it started this much after the segment's last write.
+SHM_CLOCK_SLACK = 2.0
+
+
+def shm_creator_pid(name):
+    """The creator's pid stamped in a segment name, as 0.5.23's _creator_pid reads it, or None."""
+    pid = None
+    if name.startswith("sgl_shm_"):
+        parts = name.split("_")
+        if len(parts) >= 4:
+            try:
+                pid = int(parts[-2])
+            except ValueError:
+                return None
+    elif name.startswith("multi_tokenizer_args_"):
+        try:
+            pid = int(name.rsplit("_", 1)[-1])
+        except ValueError:
+            return None
+    return pid if pid is not None and pid > 0 else None
+
+
+def shm_family(name):
+    """The SGLang family a /dev/shm name belongs to (a glob for the journal), or None."""
+    if name.startswith("sgl_shm_"):
+        parts = name.split("_")
+        return "sgl_shm_%s_*" % "_".join(parts[2:-2]) if len(parts) >= 5 else "sgl_shm_*"
+    for prefix in SHM_PID_PREFIXES[1:] + SHM_PIDLESS_PREFIXES:
+        if name.startswith(prefix):
+            return prefix + "*"
+    return None
+
+
+def parse_maps_inodes(text):
+    """What /proc/<pid>/maps maps: (major, minor, inode) of each file mapping, and ("path",
+    path) of each (overlayfs shows the lower file's device, so the path is kept too)."""
+    out = set()
+    for line in (text or "").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5 or parts[4] == "0":
+            continue
+        try:
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            out.add((major, minor, int(parts[4])))
+        except ValueError:
+            continue
+        if len(parts) == 6:
+            path = parts[5].strip()
+            out.add(("path", path[:-len(" (deleted)")] if path.endswith(" (deleted)") else path))
+    return out
+
+
+def parse_status_ids(text):
+    """All uids (real, effective, saved, fs) of /proc/<pid>/status, a set."""
+    for line in (text or "").splitlines():
+        if line.startswith("Uid:"):
+            try:
+                return set(int(x) for x in line.split()[1:])
+            except ValueError:
+                return set()
+    return set()
+
+
+def shm_sweep_plan(entries, uid, procs_seen):
+    """Split /dev/shm entries into (remove, keep) for the service user ``uid``.
+
+    ``entries``: dicts with name, uid, regular, mode, size, blocks, mtime (epoch), keys
+    ((major, minor, inode) and ("path", path)). ``procs_seen``: dicts of the live processes
+    with pid, start (epoch), uids (set), readable (its maps and fds could be read) and keys
+    (those of the files it maps or holds open; empty when unreadable).
+
+    A segment goes only when all of this holds:
+      - it is a regular file owned by ``uid`` (another user's is never looked at further) in
+        one of 0.5.23's families;
+      - no live process maps it or holds it open;
+      - no process whose maps could not be read could have it: one running as ``uid`` (any of
+        its uids), or any such process when the segment's mode lets group or others in. Root's
+        processes are not counted for a 0600 segment of another user: root can open every file,
+        so counting them would keep every segment on every host (systemd is root), and these
+        families are shared only among processes of their creator's user (0600: load_snapshot,
+        SharedMemory, NCCL's mkstemp, sem_open);
+      - pid-stamped: its creator is dead: no live process has that pid, or the one that has it
+        started more than SHM_CLOCK_SLACK seconds after the segment's last write (a reused
+        pid: the creator existed when it wrote the segment). 0.5.23 keeps any live pid.
+    Each item gets ``why``.
+    """
+    by_pid = dict((int(p["pid"]), p) for p in procs_seen)
+    in_use = {}
+    for proc in procs_seen:
+        for key in proc.get("keys") or ():
+            in_use.setdefault(tuple(key), int(proc["pid"]))
+    unreadable = [p for p in procs_seen if not p.get("readable")]
+    remove, keep = [], []
+    for entry in entries:
+        item = dict(entry)
+        name = entry["name"]
+        if entry.get("uid") != uid or not entry.get("regular") or shm_family(name) is None:
+            continue
+        holder = next((in_use[tuple(k)] for k in entry.get("keys") or () if tuple(k) in in_use), None)
+        pid = shm_creator_pid(name)
+        creator = by_pid.get(pid) if pid is not None else None
+        shared = bool(int(entry.get("mode") or 0) & 0o066)
+        blind = [p for p in unreadable if shared or uid in (p.get("uids") or ())]
+        if holder is not None:
+            item["why"] = "in use by pid %d" % holder
+        elif creator is not None and not (creator.get("start") is not None and entry.get("mtime") is not None
+                                          and creator["start"] > entry["mtime"] + SHM_CLOCK_SLACK):
+            item["why"] = "its creator %d is alive" % pid
+        elif blind:
+            item["why"] = "unreadable pid %d could use it" % int(blind[0]["pid"])
+        else:
+            item["why"] = ("its creator %d is gone" % pid if pid is not None and creator is None
+                           else "pid %d was reused" % pid if pid is not None else "no process uses it")
+            remove.append(item)
+            continue
+        keep.append(item)
+    return remove, keep
+
+
+def shm_sweep_line(removed, kept, shm_dir, user):
+    """The journal line of a sweep: counts per family, the bytes freed, the first names."""
+    blind = [k for k in kept if k["why"].startswith("unreadable pid")]
+    if not removed and not blind:
+        return None
+    families = {}
+    for item in removed:
+        fam = shm_family(item["name"])
+        families[fam] = families.get(fam, 0) + 1
+    freed = sum(int(i.get("blocks") or 0) * 512 for i in removed)
+    size = sum(int(i.get("size") or 0) for i in removed)
+    names = sorted(i["name"] for i in removed)
+    line = ("sglang-clean-start: removed %d leaked shared-memory segment(s) of %s from %s, %s freed "
+            "(%s in size)" % (len(removed), user, shm_dir, _human(freed), _human(size)))
+    if removed:
+        line += ": %s; %s%s" % (", ".join("%s %d" % kv for kv in sorted(families.items())),
+                                " ".join(names[:8]), " and %d more" % (len(names) - 8) if len(names) > 8 else "")
+    if blind:
+        line += "; kept %d that %s" % (len(blind), blind[0]["why"].replace(" it", " them" if len(blind) > 1 else " it"))
+    return line
+
+
+def _human(nbytes):
+    if nbytes >= 1 << 30:
+        return "%.1f GiB" % (nbytes / float(1 << 30))
+    if nbytes >= 1 << 20:
+        return "%.1f MiB" % (nbytes / float(1 << 20))
+    return "%.1f KiB" % (nbytes / 1024.0)
+
+
 # ----------------------------------------------------------------------------- node access
 
 def _say(msg):
@@ -313,6 +474,91 @@ def _journal_lines(invocation):
     return res.stdout.decode("utf-8", "replace").splitlines()
 
 
+def _boot_time():
+    for line in (_read("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return None
+
+
+def _shm_entries(shm_dir):
+    """The service-user-agnostic listing of ``shm_dir`` (lstat: a link is not followed)."""
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return []
+    real = os.path.realpath(shm_dir)
+    out = []
+    for name in names:
+        try:
+            st = os.lstat(os.path.join(shm_dir, name))
+        except OSError:
+            continue
+        out.append({"name": name, "uid": st.st_uid, "regular": stat.S_ISREG(st.st_mode),
+                    "mode": stat.S_IMODE(st.st_mode), "size": st.st_size, "blocks": st.st_blocks,
+                    "mtime": st.st_mtime, "keys": [(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino),
+                                                   ("path", os.path.join(real, name))]})
+    return out
+
+
+def _shm_procs(me):
+    """Every live process with its start time, uids and the files it maps or holds open."""
+    btime = _boot_time()
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = []
+    for pid in procs.list_pids():
+        if pid == me:
+            continue
+        base = "/proc/%d" % pid
+        st = procs.parse_stat(_read(base + "/stat"))
+        if st is None or st["state"] in ("Z", "X", "x"):
+            continue
+        item = {"pid": pid, "uids": parse_status_ids(_read(base + "/status")),
+                "start": btime + st["starttime"] / float(ticks) if btime is not None else None,
+                "readable": True, "keys": set()}
+        try:
+            with open(base + "/maps") as handle:
+                item["keys"] = parse_maps_inodes(handle.read())
+            fds = os.listdir(base + "/fd")
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        except OSError:
+            item["readable"] = False
+            fds = []
+        for fd in fds:
+            try:
+                link = os.readlink("%s/fd/%s" % (base, fd))
+                fst = os.stat("%s/fd/%s" % (base, fd))
+            except OSError:
+                continue
+            item["keys"].add((os.major(fst.st_dev), os.minor(fst.st_dev), fst.st_ino))
+            item["keys"].add(("path", link[:-len(" (deleted)")] if link.endswith(" (deleted)") else link))
+        out.append(item)
+    return out
+
+
+def sweep_shm(shm_dir, uid, user):
+    """Unlink the leaked segments shm_sweep_plan picks; the journal line, or None."""
+    # Listing first, processes second: a segment listed here was created before the scan, so
+    # its creator holds it open or mapped (every family's creator does from creation on) or
+    # is gone by the time /proc is read.
+    entries = [e for e in _shm_entries(shm_dir) if e["uid"] == uid and shm_family(e["name"])]
+    if not entries:
+        return None
+    remove, keep = shm_sweep_plan(entries, uid, _shm_procs(os.getpid()))
+    removed = []
+    for item in remove:
+        try:
+            os.unlink(os.path.join(shm_dir, item["name"]))
+            removed.append(item)
+        except FileNotFoundError:
+            pass  # unlinked meanwhile by its owner
+        except OSError as exc:
+            item["why"] = "unlink failed: %s" % exc
+            keep.append(item)
+    return shm_sweep_line(removed, keep, shm_dir, user)
+
+
 # ----------------------------------------------------------------------------- commands
 
 def cmd_clean_start(args):
@@ -361,6 +607,15 @@ def cmd_clean_start(args):
         _say("sglang-clean-start: ended %d leftover process(es) of %s: %s; GPU memory back%s"
              % (len(own), unit, ", ".join(ended),
                 " after %.1fs" % (time.monotonic() - t0) if waited_for_gpu else ""))
+    if args.shm_dir:
+        uid = os.geteuid()
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = "uid %d" % uid
+        line = sweep_shm(args.shm_dir, uid, user)
+        if line:
+            _say(line)
     return _backoff(args)
 
 
@@ -546,6 +801,8 @@ def main(argv=None):
                            help="process titles taken as SGLang's")
             p.add_argument("--no-clean", action="store_true",
                            help="only back off; end nothing")
+            p.add_argument("--shm-dir", default="",
+                           help="sweep this directory (/dev/shm) of SGLang's leaked segments ('' = off)")
         elif name == "record-exit":
             p.add_argument("--journal-wait", type=float, default=3.0)
         else:

@@ -4,8 +4,10 @@ a clean start may end, the back-off, the exit record and the watchdog's action."
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -258,3 +260,250 @@ def test_next_status_a_stop_during_the_clean_start_is_no_new_failure():
     line = "sglang-clean-start: GPU memory of sglang-qwen.service's leftovers still held after 60s: 7"
     s4 = guard.next_status(s1, "exit-code", "", "", [line], 1, "t4")
     assert s4["failed"] and s4["last_failure"]["line"] == line
+
+
+# ----------------------------------------------------------------------------- /dev/shm sweep
+
+@pytest.mark.parametrize("name,pid", [
+    ("sgl_shm_mq_4242_0a1b2c3d", 4242),              # stale_shm_cleanup.py make_shm_name("mq")
+    ("sgl_shm_nodecheck_77_deadbeef", 77),
+    ("sgl_shm_mm_0_deadbeef", None),                  # pid 0 is a process group, not a process
+    ("sgl_shm_mq_x_deadbeef", None),
+    ("multi_tokenizer_args_991", 991),
+    ("sglang_loads_0123456789ab_1a2b3c4d.shm", None),
+    ("nccl-AbC123", None),
+    ("psm_1234", None),
+])
+def test_shm_creator_pid_reads_the_releases_stamp(name, pid):
+    assert guard.shm_creator_pid(name) == pid
+
+
+@pytest.mark.parametrize("name,family", [
+    ("sgl_shm_mq_4242_0a1b2c3d", "sgl_shm_mq_*"),
+    ("multi_tokenizer_args_991", "multi_tokenizer_args_*"),
+    ("sglang_loads_0123456789ab_1a2b3c4d.shm", "sglang_loads_*"),
+    ("cuda.shm.0x3e8.0x1f2.0", "cuda.shm.*"),
+    ("nccl-AbC123", "nccl-*"),
+    ("sem.loky-12-abcdef01", "sem.loky-*"),
+    ("psm_1234", None),
+    ("torch_12_34", None),
+    ("sem.mp-x", None),
+])
+def test_shm_family(name, family):
+    assert guard.shm_family(name) == family
+
+
+def test_parse_maps_inodes_keeps_device_inode_and_path():
+    text = ("7f00-7f01 rw-s 00000000 00:1a 4711                       /dev/shm/nccl-AbC123 (deleted)\n"
+            "7f01-7f02 r-xp 00000000 fd:01 99                         /usr/lib/libc.so.6\n"
+            "7f02-7f03 rw-p 00000000 00:00 0                          [heap]\n")
+    keys = guard.parse_maps_inodes(text)
+    assert (0, 0x1a, 4711) in keys and ("path", "/dev/shm/nccl-AbC123") in keys
+    assert (0xfd, 1, 99) in keys and not any(k[-1] == 0 for k in keys if k[0] != "path")
+
+
+def _seg(name, uid=999, mode=0o600, mtime=1000.0, ino=None):
+    ino = ino if ino is not None else abs(hash(name)) % 100000 + 1
+    return {"name": name, "uid": uid, "regular": True, "mode": mode, "size": 4096, "blocks": 8,
+            "mtime": mtime, "keys": [(0, 26, ino), ("path", "/dev/shm/" + name)]}
+
+
+def _proc(pid, uids=(999,), start=500.0, readable=True, keys=()):
+    return {"pid": pid, "uids": set(uids), "start": start, "readable": readable, "keys": set(keys)}
+
+
+def test_shm_sweep_plan_rules():
+    segs = [
+        _seg("sgl_shm_mq_100_aaaaaaaa"),                    # creator 100 gone
+        _seg("sgl_shm_mq_200_bbbbbbbb"),                    # creator 200 alive (started before)
+        _seg("sgl_shm_mq_300_cccccccc"),                    # pid 300 reused: started after the write
+        _seg("nccl-AbC123", ino=7),                         # mapped by pid 200
+        _seg("sglang_loads_0123456789ab_1a2b3c4d.shm"),     # nobody has it
+        _seg("cuda.shm.0x1.0x2", uid=1000),                 # another user's: never
+        _seg("psm_1234"),                                   # not SGLang's family
+    ]
+    procs_seen = [_proc(200, keys=[(0, 26, 7)]), _proc(300, start=1000.0 + guard.SHM_CLOCK_SLACK + 5),
+                  _proc(1, uids=(0,), readable=False)]      # root, unreadable: not counted
+    remove, keep = guard.shm_sweep_plan(segs, 999, procs_seen)
+    gone = dict((i["name"], i["why"]) for i in remove)
+    kept = dict((i["name"], i["why"]) for i in keep)
+    assert gone == {"sgl_shm_mq_100_aaaaaaaa": "its creator 100 is gone",
+                    "sgl_shm_mq_300_cccccccc": "pid 300 was reused",
+                    "sglang_loads_0123456789ab_1a2b3c4d.shm": "no process uses it"}
+    assert kept == {"sgl_shm_mq_200_bbbbbbbb": "its creator 200 is alive",
+                    "nccl-AbC123": "in use by pid 200"}
+
+
+def test_shm_sweep_plan_a_reused_pid_within_the_clock_slack_counts_as_the_creator():
+    remove, keep = guard.shm_sweep_plan([_seg("sgl_shm_mq_300_cccccccc", mtime=1000.0)], 999,
+                                        [_proc(300, start=1000.0 + guard.SHM_CLOCK_SLACK - 0.5)])
+    assert not remove and keep[0]["why"] == "its creator 300 is alive"
+
+
+def test_shm_sweep_plan_an_unreadable_process_of_the_user_keeps_what_it_could_map():
+    segs = [_seg("nccl-AbC123"), _seg("sgl_shm_mq_100_aaaaaaaa"),
+            _seg("sem.loky-5-x", mode=0o644)]
+    # The service user's own process whose /proc cannot be read (not dumpable): it could have
+    # any of the user's segments.
+    remove, keep = guard.shm_sweep_plan(segs, 999, [_proc(50, uids=(0, 999, 999, 999), readable=False)])
+    assert not remove and all(k["why"] == "unreadable pid 50 could use it" for k in keep)
+    line = guard.shm_sweep_line(remove, keep, "/dev/shm", "sglang")
+    assert line.endswith("removed 0 leaked shared-memory segment(s) of sglang from /dev/shm, 0.0 KiB freed "
+                         "(0.0 KiB in size); kept 3 that unreadable pid 50 could use them"), line
+    # Another user's unreadable process could open only what lets group or others in.
+    remove, keep = guard.shm_sweep_plan(segs, 999, [_proc(60, uids=(1000,), readable=False)])
+    assert sorted(i["name"] for i in remove) == ["nccl-AbC123", "sgl_shm_mq_100_aaaaaaaa"]
+    assert [k["name"] for k in keep] == ["sem.loky-5-x"]
+
+
+def test_shm_sweep_line_says_what_went_and_how_much():
+    removed = [_seg("nccl-AbC123"), _seg("nccl-XyZ789"), _seg("sgl_shm_mq_100_aaaaaaaa")]
+    line = guard.shm_sweep_line(removed, [], "/dev/shm", "sglang")
+    assert line == ("sglang-clean-start: removed 3 leaked shared-memory segment(s) of sglang from "
+                    "/dev/shm, 12.0 KiB freed (12.0 KiB in size): nccl-* 2, sgl_shm_mq_* 1; "
+                    "nccl-AbC123 nccl-XyZ789 sgl_shm_mq_100_aaaaaaaa")
+    assert guard.shm_sweep_line([], [dict(_seg("nccl-A"), why="in use by pid 3")], "/dev/shm", "u") is None
+
+
+_HOLDER = """
+import mmap, os, sys, time
+fds = []
+for path in sys.argv[2:]:
+    fd = os.open(path, os.O_RDWR)
+    if sys.argv[1] == "map":
+        fds.append(mmap.mmap(fd, 4096))
+        os.close(fd)
+    else:
+        fds.append(fd)
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+time.sleep(60)
+"""
+
+_SWEEP = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("g", sys.argv[1])
+g = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(g)
+print(g.sweep_shm(sys.argv[2], os.geteuid(), "me"))
+"""
+
+
+@pytest.fixture
+def shm_as_user(tmp_path):
+    """(a fresh sticky tmpfs dir standing in for /dev/shm, Popen kwargs). The service user is
+    never root: run as root, the segments, their holders and the sweep run as nobody; a root
+    process the sweep cannot read is not counted, as on a node."""
+    kwargs = {"user": 65534, "group": 65534} if os.geteuid() == 0 else {}
+    python = sys.executable
+    if kwargs:
+        # The test's interpreter may sit where nobody cannot reach it (a root-only venv).
+        python = next((p for p in (sys.executable, "/usr/bin/python3") if _runs_as(p, kwargs)), None)
+        if python is None:
+            pytest.skip("run as root, and no Python the nobody user may run")
+    kwargs["python"] = python
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else str(tmp_path)
+    shm = Path(tempfile.mkdtemp(prefix="guard-test-", dir=base))
+    os.chmod(str(shm), 0o1777)
+    try:
+        yield shm, kwargs
+    finally:
+        shutil.rmtree(str(shm), ignore_errors=True)
+
+
+def _runs_as(python, kwargs):
+    try:
+        return subprocess.run([python, "-c", "pass"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              check=False, **kwargs).returncode == 0
+    except OSError:
+        return False
+
+
+def _segment(shm, name, kwargs, size=4096):
+    path = shm / name
+    path.write_bytes(b"\1" * size)
+    os.chmod(str(path), 0o600)
+    if "user" in kwargs:
+        os.chown(str(path), kwargs["user"], kwargs["group"])
+    return path
+
+
+def _holder(how, paths, kwargs):
+    kwargs = dict(kwargs)
+    proc = subprocess.Popen([kwargs.pop("python"), "-c", _HOLDER, how] + [str(p) for p in paths],
+                            stdout=subprocess.PIPE, **kwargs)
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def _sweep(shm, kwargs):
+    kwargs = dict(kwargs)
+    res = subprocess.run([kwargs.pop("python"), "-c", _SWEEP, str(PATH), str(shm)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, timeout=60, check=False, **kwargs)
+    assert res.returncode == 0, res.stdout.decode()
+    return res.stdout.decode().strip()
+
+
+def _dead_pid():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_sweep_shm_removes_leaks_and_keeps_what_live_processes_map_or_hold(shm_as_user):
+    """Real processes: one maps a segment, one holds another open; the sweep removes the rest
+    of the families, leaves foreign names and (run as root) another user's segment alone."""
+    shm, kwargs = shm_as_user
+    dead = _dead_pid()
+    live = _holder("open", [], kwargs)  # a live creator pid of the same user
+    mine = ["sgl_shm_mq_%d_1a1b2c3d" % live.pid, "nccl-Mapped", "nccl-Opened", "psm_1234"]
+    gone = ["sgl_shm_mq_%d_0a1b2c3d" % dead, "sglang_loads_0123456789ab_1a2b3c4d.shm",
+            "cuda.shm.0x0.0x1.0", "sem.loky-%d-abcdef01" % dead]
+    for name in mine + gone:
+        _segment(shm, name, kwargs)
+    foreign = []
+    if "user" in kwargs:
+        foreign = ["nccl-Foreign"]
+        (shm / "nccl-Foreign").write_bytes(b"\1" * 4096)  # root's: another user's
+    mapper = _holder("map", [shm / "nccl-Mapped"], kwargs)
+    opener = _holder("open", [shm / "nccl-Opened"], kwargs)
+    try:
+        line = _sweep(shm, kwargs)
+        assert sorted(p.name for p in shm.iterdir()) == sorted(mine + foreign), line
+        assert line.startswith("sglang-clean-start: removed 4 leaked shared-memory segment(s) of me from %s, "
+                               "16.0 KiB freed (16.0 KiB in size): " % shm), line
+        for fam in ("cuda.shm.* 1", "sem.loky-* 1", "sgl_shm_mq_* 1", "sglang_loads_* 1"):
+            assert fam in line, line
+    finally:
+        for p in (mapper, opener):
+            p.kill()
+            p.wait()
+    # Once nobody maps or holds them, the next sweep takes them too; the live creator's stays.
+    line = _sweep(shm, kwargs)
+    live.kill()
+    live.wait()
+    assert sorted(p.name for p in shm.iterdir()) == sorted(mine[:1] + ["psm_1234"] + foreign), line
+    assert ": nccl-* 2;" in line, line
+
+
+def test_clean_start_sweeps_the_shm_dir(tmp_path, shm_as_user):
+    """The command line: clean-start --shm-dir sweeps and says so in one line."""
+    shm, kwargs = shm_as_user
+    leak = _segment(shm, "sgl_shm_mq_%d_0a1b2c3d" % _dead_pid(), kwargs, size=8192)
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(str(tmp_path), 0o755)
+    os.chmod(str(state), 0o777)
+    env = dict(os.environ, PATH="/nonexistent")
+    mine = guard.unit_of_cgroup(guard.parse_cgroup(open("/proc/self/cgroup").read()))
+    kwargs = dict(kwargs)
+    res = subprocess.run([kwargs.pop("python"), str(PATH), "clean-start", "--unit", mine or "none.service",
+                          "--state-dir", str(state), "--grace", "1", "--wait", "1",
+                          "--dev-dir", str(tmp_path / "dev"), "--title-prefix", "sglang::none-%d" % os.getpid(),
+                          "--shm-dir", str(shm)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, timeout=30, check=False,
+                         **kwargs)
+    out = res.stdout.decode()
+    assert res.returncode == 0, out
+    assert not leak.exists(), out
+    assert [line for line in out.splitlines() if "removed 1 leaked shared-memory segment(s)" in line
+            and "sgl_shm_mq_* 1" in line and "8.0 KiB freed" in line], out
