@@ -147,7 +147,7 @@ def _converge_reasons(results, run, node):
     return out
 
 
-def _describe(results, run, node):
+def _describe(results, run):
     winner = results["winner"]
     cand, score = winner.get("candidate") or {}, winner.get("score") or {}
     over = dict((k, v) for k, v in sorted((winner.get("overrides") or {}).items()) if v is not None)
@@ -201,7 +201,7 @@ def mtp_tune_noop(results, run=None, node=None):
     probe = not why and ready is None
     skip = not why and bool(ready)
     if skip:
-        message = _describe(results, run, node)
+        message = _describe(results, run)
     elif probe:
         message = "complete on record; probing the server before skipping"
     else:
