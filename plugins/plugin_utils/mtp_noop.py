@@ -23,10 +23,12 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
 
-# Facts the service role publishes (outputs, not inputs of the unit), and the API key, which never
-# goes into a digest that is written to a report: a changed key is caught by the readiness probe
-# instead (it sends the play's key, which the server only accepts when it is the node's).
-INPUT_EXCLUDED = ("sglang_service_result", "sglang_service_names", "sglang_service_start", "sglang_service_api_key")
+# Facts the service role and its wait module publish (outputs, not inputs of the unit: they come and
+# go with what ran before in the play), and the API key, which never goes into a digest that is
+# written to a report: a changed key is caught by the readiness probe instead (it sends the play's
+# key, which the server only accepts when it is the node's).
+INPUT_EXCLUDED = ("sglang_service_result", "sglang_service_names", "sglang_service_start", "sglang_service_wait",
+                  "sglang_service_api_key")
 # The node's record keys the winner sets (the setting; the overrides are compared key by key).
 _RECORD_FIELDS = (("steps", "speculative_num_steps"), ("topk", "speculative_eagle_topk"),
                   ("draft_tokens", "speculative_num_draft_tokens"))
@@ -147,6 +149,13 @@ def _converge_reasons(results, run, node):
     return out
 
 
+def _figure(value):
+    try:
+        return "%.1f" % float(value)
+    except (TypeError, ValueError):
+        return "-"
+
+
 def _describe(results, run):
     winner = results["winner"]
     cand, score = winner.get("candidate") or {}, winner.get("score") or {}
@@ -158,7 +167,7 @@ def _describe(results, run):
             % (run.get("run_name"), last.get("ended") or last.get("started") or "-", winner.get("key"),
                cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"),
                (", %s" % ", ".join("%s=%s" % kv for kv in over.items())) if over else "",
-               (run.get("settings") or {}).get("objective"), score.get("value"), score.get("level"),
+               (run.get("settings") or {}).get("objective"), _figure(score.get("value")), score.get("level"),
                winner.get("decided_by"), run.get("report")))
 
 

@@ -167,7 +167,7 @@ def test_readiness_is_probed_last():
 def test_inputs_digest_leaves_out_outputs_and_the_key():
     base = {"sglang_service_name": "qwen", "sglang_service_port": 30000}
     same = dict(base, sglang_service_result={"ready": True}, sglang_service_names={"unit": "x"},
-                sglang_service_start={"msg": "x"}, sglang_service_api_key="secret")
+                sglang_service_start={"msg": "x"}, sglang_service_wait={"ready": True}, sglang_service_api_key="secret")
     assert n.mtp_tune_inputs_digest(same) == n.mtp_tune_inputs_digest(base) == INPUTS
     assert n.mtp_tune_inputs_digest(dict(base, sglang_service_port=30001)) != INPUTS
     assert n.mtp_tune_inputs_digest(dict(base, sglang_service_extra_args=["--x"])) != INPUTS
