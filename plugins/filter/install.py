@@ -19,10 +19,14 @@ sglang_install_cuda_environment
 sglang_install_compiler_problems
     whether that compiler runs and matches the recipe's CUDA major version, or the precompiled
     FlashInfer JIT cache is installed instead.
+sglang_install_stale_files
+    which of a source tree's files a node lacks or holds with other content, owner, group or mode,
+    from one listing on each side: a re-run that changes nothing makes no per-file round trip.
 """
 
 from __future__ import absolute_import, division, print_function
 
+import posixpath
 import re
 
 __metaclass__ = type
@@ -206,6 +210,31 @@ def sglang_install_compiler_problems(nvcc_version, recipe, release, cuda_home=""
     return []
 
 
+def _by_relpath(found, root):
+    """{relative path: file entry} of ``ansible.builtin.find`` results under ``root``."""
+    root = posixpath.normpath(str(root)) + "/"
+    paths = ((posixpath.normpath(str(f.get("path", ""))), f) for f in found or [])
+    return dict((path[len(root):], f) for path, f in paths if path.startswith(root))
+
+
+def sglang_install_stale_files(files, source, node, want):
+    """The entries of ``files`` (paths relative to ``want.src``) to copy to ``want.dest``: those the
+    node lacks, or holds with another checksum, owner, group or mode than ``want`` asks.
+    ``source`` and ``node`` are the ``files`` lists of ``ansible.builtin.find`` with
+    ``get_checksum`` on the controller and on the node; a file the controller listing lacks is
+    copied (the copy then says what is wrong with it)."""
+    here = _by_relpath(source, want["src"])
+    there = _by_relpath(node, want["dest"])
+    stale = []
+    for rel in files:
+        mine, theirs = here.get(rel) or {}, there.get(rel)
+        if theirs is None or not mine.get("checksum") or theirs.get("checksum") != mine["checksum"] \
+                or theirs.get("pw_name") != want["owner"] or theirs.get("gr_name") != want["group"] \
+                or str(theirs.get("mode", "")).lstrip("0") != str(want["mode"]).lstrip("0"):
+            stale.append(rel)
+    return stale
+
+
 class FilterModule(object):
     """Install decisions (see the module docstring)."""
 
@@ -215,4 +244,5 @@ class FilterModule(object):
             "sglang_install_problems": sglang_install_problems,
             "sglang_install_cuda_environment": sglang_install_cuda_environment,
             "sglang_install_compiler_problems": sglang_install_compiler_problems,
+            "sglang_install_stale_files": sglang_install_stale_files,
         }

@@ -11,6 +11,7 @@ from ansible_collections.blackwell.sglang.plugins.filter.install import (
     sglang_install_cuda_environment,
     sglang_install_pick_release,
     sglang_install_problems,
+    sglang_install_stale_files,
 )
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -190,3 +191,42 @@ def test_no_host_compiler_is_refused_naming_the_package_and_the_cache():
     assert "no c++" in line and "apt install g++" in line and "flashinfer-jit-cache==0.7.2" in line
     assert sglang_install_compiler_problems(NVCC_13, NEW, "0.5.23", "/sp", False, "/usr/bin/c++") == []
     assert sglang_install_compiler_problems("", NEW, "0.5.23", "/sp", True, "") == []
+
+
+# --------------------------------------------------------------------------- the simulator's copy
+WANT = {"src": "/src/sim", "dest": "/opt/sglang/sim", "owner": "sglang", "group": "sglang", "mode": "0644"}
+
+
+def _found(root, rel, checksum, owner="sglang", group="sglang", mode="0644"):
+    return {"path": "%s/%s" % (root, rel), "checksum": checksum, "pw_name": owner, "gr_name": group, "mode": mode}
+
+
+@pytest.mark.parametrize("node_entry, stale", [
+    ({}, False),
+    (None, True),                               # the node lacks it
+    ({"checksum": "b" * 40}, True),             # other content
+    ({"owner": "root"}, True),
+    ({"group": "root"}, True),
+    ({"mode": "0600"}, True),
+])
+def test_stale_files_are_what_the_node_lacks_or_holds_differently(node_entry, stale):
+    files = ["sglang_sim/server.py", "pyproject.toml"]
+    source = [_found(WANT["src"], rel, "a" * 40) for rel in files]
+    node = [_found(WANT["dest"], "pyproject.toml", "a" * 40)]
+    if node_entry is not None:
+        node.append(_found(WANT["dest"], "sglang_sim/server.py", **dict({"checksum": "a" * 40}, **node_entry)))
+    got = sglang_install_stale_files(files, source, node, WANT)
+    assert got == (["sglang_sim/server.py"] if stale else [])
+
+
+def test_stale_files_match_paths_as_find_gives_them_unnormalized():
+    # the role's source is "<role_path>/../../sim": find keeps the dots in every path it returns
+    want = dict(WANT, src="/c/roles/install/../../sim")
+    source = [_found("/c/roles/install/../../sim", "a.py", "a" * 40)]
+    assert sglang_install_stale_files(["a.py"], source, [_found(WANT["dest"] + "/", "a.py", "a" * 40)], want) == []
+
+
+def test_stale_files_copy_what_the_controller_listing_lacks_and_ignore_other_roots():
+    # a node entry under another directory with the same tail is not the file
+    node = [_found("/opt/other", "a.py", "a" * 40)]
+    assert sglang_install_stale_files(["a.py"], [], node, WANT) == ["a.py"]
