@@ -66,7 +66,7 @@ def _mkstemp(directory, prefix):
     """glibc mkstemp("<prefix>XXXXXX"): six random letters or digits, O_EXCL, mode 0600."""
     chars = string.ascii_letters + string.digits
     while True:
-        path = os.path.join(directory, prefix + "".join(random.choice(chars) for _ in range(6)))
+        path = os.path.join(directory, prefix + "".join(random.choices(chars, k=6)))
         try:
             return os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600), path
         except FileExistsError:
