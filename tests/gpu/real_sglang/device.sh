@@ -269,6 +269,8 @@ step_hybrid() {
   local entry lo hi n mid i
   for entry in ${RS_HYB_DEPTHS-0 1 2 3 4 5 6 8 10 12}; do
     hybrid_entry "$trim" "$model" "$entry"
+    # a benchmarked entry that does not start says the others will not either: end the call
+    [[ $? == 2 ]] && { log "hybrid: $entry did not start; the rest not tried"; return 1; }
   done
   # RS_HYB_BISECT="K LO HI N": N starts at depth K, halving [LO, HI] of --mem-fraction-static
   # around the boundary where the start fails (LO assumed to fail, HI to start)
@@ -318,6 +320,7 @@ hybrid_entry() {
   for _ in $(seq 1 20); do
     [[ $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l) == 0 ]] && break; sleep 0.5
   done
+  (( ok )) || [[ $tag == f* ]] || return 2
 }
 
 # One tarball, rewritten whole (atomically) after every hybrid entry and at the end: a call cut

@@ -1,0 +1,52 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, blackwell.sglang maintainers
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The trimmed hybrid MoE served for real (tests/gpu/real_sglang/make_hybrid.py, device.sh
+hybrid): the config builder against the real model's shape, and what the real starts printed and
+measured (tests/fixtures/real-sglang/hybrid/), read back through hybrid_report.py."""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.blackwell.sglang.plugins.module_utils import journal
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "real-sglang" / "hybrid"
+sys.path.insert(0, str(ROOT / "tests" / "gpu" / "real_sglang"))
+import make_hybrid  # noqa: E402  pylint: disable=wrong-import-position
+import hybrid_report  # noqa: E402  pylint: disable=wrong-import-position
+
+
+# --------------------------------------------------------------------------- the builder
+
+def test_untrimmed_builder_is_the_operator_model_122b_with_a_2_5b_mtp_layer():
+    # All 256 experts: the parameter count of Qwen3.5-122B-A10B (the sim's catalog says 122e9
+    # and 2.4e9 for its MTP head), so the trims below differ from the real model only where cut.
+    p = make_hybrid.param_counts(make_hybrid.build_config("experts32", experts=256))
+    assert abs(p["target"] - 122e9) / 122e9 < 0.01
+    assert 2.4e9 <= p["mtp_layer"] <= 2.6e9
+
+
+@pytest.mark.parametrize("trim", sorted(make_hybrid.TRIMS))
+def test_trims_keep_layers_interleave_widths_and_vocab(trim):
+    cfg = make_hybrid.build_config(trim)
+    assert cfg["architectures"] == ["Qwen3_5MoeForCausalLM"]
+    assert cfg["layer_types"].count("full_attention") == 12 and len(cfg["layer_types"]) == 48
+    assert all(t == "full_attention" for t in cfg["layer_types"][3::4])
+    for key in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "linear_num_key_heads", "linear_num_value_heads", "num_experts_per_tok", "vocab_size"):
+        assert cfg[key] == make_hybrid.REAL[key]
+    assert set(cfg["rope_parameters"]) == {"rope_type", "rope_theta", "partial_rotary_factor"}
+
+
+def test_the_two_trims_hold_the_same_expert_bytes_but_not_the_same_per_token_read():
+    a = make_hybrid.param_counts(make_hybrid.build_config("experts32"))
+    b = make_hybrid.param_counts(make_hybrid.build_config("narrow256"))
+    assert a["moe"] == pytest.approx(b["moe"], rel=0.01)
+    assert a["active_expert_per_token_layer"] == 8 * b["active_expert_per_token_layer"]
