@@ -34,6 +34,11 @@ MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<slots>
 # mem_cache/kv_cache_configurator.py resolve_max_num_reqs (warning)
 CAPPED = re.compile(r"max_running_requests is capped to (?P<cap>\d+) by the mamba state cache "
                     r"\(max_mamba_cache_size=(?P<slots>\d+), (?P<ratio>\d+) state slots per request\)")
+# What 0.5.17 resolved for the hybrid at start (ServerArgs repr): the state pool's strategy and
+# whether the overlap scheduler runs are decided there, not by the launch flags.
+SERVER_ARGS_KEPT = ("mamba_radix_cache_strategy", "uses_mamba_radix_cache", "disable_overlap_schedule",
+                    "disable_radix_cache", "max_running_requests", "mamba_full_memory_ratio",
+                    "max_mamba_cache_size", "mamba_ssm_dtype", "linear_attn_backend", "mem_fraction_static")
 SMI = re.compile(r"^(?P<used>\d+) MiB, (?P<total>\d+) MiB$")
 
 
@@ -90,7 +95,12 @@ def load(fixture_dir):
         label = m.group(1)
         with open(os.path.join(fixture_dir, name), errors="replace") as f:
             mem = parse_mem(f.read())
-        rec = {"meta": parse_label(label), "mem": mem, "bench": None}
+        rec = {"meta": parse_label(label), "mem": mem, "bench": None, "args": {}}
+        lpath = os.path.join(fixture_dir, "%s.log" % label)
+        if os.path.exists(lpath):
+            with open(lpath, errors="replace") as f:
+                full = parse_log(f.read())
+            rec["args"] = {k: full["server_args"].get(k) for k in SERVER_ARGS_KEPT}
         bpath = os.path.join(fixture_dir, "bench_%s.json" % label)
         if os.path.exists(bpath):
             with open(bpath) as f:
