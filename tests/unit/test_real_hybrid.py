@@ -50,3 +50,42 @@ def test_the_two_trims_hold_the_same_expert_bytes_but_not_the_same_per_token_rea
     b = make_hybrid.param_counts(make_hybrid.build_config("narrow256"))
     assert a["moe"] == pytest.approx(b["moe"], rel=0.01)
     assert a["active_expert_per_token_layer"] == 8 * b["active_expert_per_token_layer"]
+
+
+# --------------------------------------------------------------------------- the real starts
+
+def entries():
+    if not FIX.is_dir() or not any(FIX.glob("mem_hyb_*.txt")):
+        pytest.skip("no hybrid fixtures captured in tests/fixtures/real-sglang/hybrid (README: what was not run)")
+    return hybrid_report.load(str(FIX))
+
+
+def served(trim="experts32"):
+    return {lbl: r for lbl, r in entries().items()
+            if r["meta"] and r["meta"]["trim"] == trim and r["meta"]["fraction"] is None}
+
+
+def test_the_config_served_is_the_builders():
+    cfg = json.loads((FIX / "config_experts32.json").read_text()) if FIX.is_dir() else None
+    if cfg is None:
+        pytest.skip("no hybrid fixtures captured in tests/fixtures/real-sglang/hybrid")
+    assert cfg == make_hybrid.build_config("experts32", eos_id=cfg["eos_token_id"], bos_id=cfg["bos_token_id"])
+
+
+def test_every_benchmarked_start_was_ready_and_logged_its_state_pool():
+    for label, rec in served().items():
+        mem = rec["mem"]
+        assert mem["ready"], label
+        assert mem["mamba"] and mem["mamba"][0]["slots"] > 0, label
+        assert mem["target"]["weights_type"] == "Qwen3_5MoeForCausalLM", label
+        if rec["meta"]["depth"]:
+            assert mem["draft"]["weights_type"] == "Qwen3_5ForCausalLMMTP", label
+
+
+def test_target_weights_are_the_builders_parameter_bytes():
+    # torch's load delta against the parameter count of the config served: the dummy loader
+    # allocates exactly the model's tensors (plus small buffers)
+    cfg = make_hybrid.build_config("experts32")
+    expect_gib = make_hybrid.param_counts(cfg)["target"] * 2 / 2 ** 30
+    for label, rec in served().items():
+        assert rec["mem"]["target"]["weights_gb"] == pytest.approx(expect_gib, rel=0.03), label
