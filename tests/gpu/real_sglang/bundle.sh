@@ -63,6 +63,9 @@ rm -f "$kern"/sgl_kernel/flash_ops.abi3.so "$kern"/sgl_kernel/infllm_ops*.so \
       "$kern"/sgl_kernel/flashmla_ops.abi3.so "$kern"/sgl_kernel/sm100/common_ops.abi3.so
 cp -r "$kern"/sgl_kernel "$kern"/triton_kernels "$kern"/sglang_kernel-0.4.5.dist-info "$site"/
 rm -rf "$site"/xgrammar/lib/libxgrammar.a "$site"/sglang/multimodal_gen "$site"/jedi/third_party
+# zstandard ships two backends; its default import policy loads the C one (backend_c), the CFFI
+# one (12 MB) only if that fails: left out so both tarballs and the checkout fit one call.
+rm -f "$site"/zstandard/_cffi.cpython-*.so
 # FlashInfer's data/ is what its JIT compiles from. 0.5.17's RMSNorm is FlashInfer's, JIT-built
 # with the machine's nvcc at the first start (seen on the H200): keep its own sources and headers,
 # leave out the CUTLASS and CCCL copies (62 MB) that only the GEMM/MoE/attention kernels include.

@@ -11,7 +11,10 @@
 # build/real-sglang) and are committed from there as fixtures.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
+# RS_ROOT: the checkout, where this script runs from a copy carried beside it (RS_BUNDLE: the
+# folder of the tarballs, default .cache/real-sglang of the checkout)
+root=${RS_ROOT:-$(cd "$here/../../.." && pwd)}
+export RS_COLLECTION_ROOT=$root
 # $OUT brings back 8 files at most: everything goes to $res, packed into $OUT at the end.
 res=${RS_RESULTS:-/tmp/rs/results}
 out=$res
@@ -33,14 +36,14 @@ log() { echo "[$(date +%H:%M:%S)] $*"; }
 
 step_setup() {
   local t t0
-  for t in "$root"/.cache/real-sglang/*.tar.xz; do
+  for t in "${RS_BUNDLE:-$root/.cache/real-sglang}"/*.tar.xz; do
     [[ -f $SITE/.unpacked.$(basename "$t") ]] && continue
     t0=$SECONDS
     mkdir -p "$SITE" && xz -T0 -dc "$t" | tar -C "$SITE" -xf - \
       && touch "$SITE/.unpacked.$(basename "$t")" || { log "setup: $t did not unpack"; return 1; }
     log "setup: $(basename "$t") unpacked in $((SECONDS - t0)) s"
   done
-  python3 "$here/make_models.py" "$RS/models" || return 1
+  [[ -n ${RS_NO_LLAMA:-} ]] || python3 "$here/make_models.py" "$RS/models" || return 1
   python3 - <<'EOF' | tee "$out/versions.txt"
 import importlib.metadata as md, platform, torch
 print("python", platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda,
@@ -241,8 +244,90 @@ step_reset() {
   cat "$res/reset_3_guard.txt" "$res/reset_5_guard_again.txt"
 }
 
+# The trimmed hybrid MoE (make_hybrid.py, random weights from --load-format dummy), plain and
+# with its own MTP head (NEXTN, no draft path), one start per entry of RS_HYB_DEPTHS:
+#   K       depth K (0: no speculation), draft tokens K + 1, topk 1
+#   KrN     the same, launch N (a relaunch: its own label)
+#   K@F     the same with --mem-fraction-static F (the failure boundary)
+# The accept length is pinned per depth by SGLang's own knob (speculative/spec_utils.py
+# generate_simulated_accept_index, method match-expected: each round accepts floor or ceil of
+# the target, the real draft and verify kernels still run) to (1 - p^(K+1)) / (1 - p), p =
+# RS_ACC_P (a draft accepted with probability p per position). Per start: the memory lines of its
+# log and nvidia-smi's used memory (mem_LABEL.txt), then hybrid_bench.py at RS_HYB_LEVELS.
+# An entry is not started when fewer than RS_HYB_NEED_S seconds remain before RS_DEADLINE_S
+# (seconds since this script began), so a call ends inside its limit with what it measured.
+MEM_LINES="Init torch distributed ends|Load weight (begin|end)|KV Cache is allocated|Mamba Cache is allocated"
+MEM_LINES+="|Memory pool end|Capture .* end|max_total_num_tokens=|capped to|is reset to|mamba"
+acc_len() { python3 -c "p = ${RS_ACC_P:-0.8}; k = $1; print(round((1 - p ** (k + 1)) / (1 - p), 4))"; }
+
+step_hybrid() {
+  local trim=${RS_TRIM:-experts32} model k
+  model=$RS/models/hyb_$trim
+  python3 "$here/make_hybrid.py" "$model" --trim "$trim" ${RS_TRIM_ARGS:-} \
+    --tokenizer "${RS_TOKENIZER:-$RS/models/tokenizer}" || return 1
+  cp "$model/config.json" "$res/config_$trim.json"
+  local entry lo hi n mid i
+  for entry in ${RS_HYB_DEPTHS-0 1 2 3 4 5 6 8 10 12}; do
+    hybrid_entry "$trim" "$model" "$entry"
+    # a benchmarked entry that does not start says the others will not either: end the call
+    [[ $? == 2 ]] && { log "hybrid: $entry did not start; the rest not tried"; return 1; }
+  done
+  # RS_HYB_BISECT="K LO HI N": N starts at depth K, halving [LO, HI] of --mem-fraction-static
+  # around the boundary where the start fails (LO assumed to fail, HI to start)
+  if [[ -n ${RS_HYB_BISECT:-} ]]; then
+    read -r k lo hi n <<< "$RS_HYB_BISECT"
+    for i in $(seq 1 "$n"); do
+      mid=$(python3 -c "print(round(($lo + $hi) / 2, 3))")
+      hybrid_entry "$trim" "$model" "$k@$mid" || break
+      if grep -q "^ready=1" "$res/mem_hyb_${trim}_s${k}_f$mid.txt"; then hi=$mid; else lo=$mid; fi
+      log "bisect: depth $k fails at $lo, starts at $hi"
+    done
+  fi
+}
+
+# One entry (see step_hybrid); returns 1 when no time is left for it.
+hybrid_entry() {
+  local trim=$1 model=$2 entry=$3 k rest tag frac label acc
+  if (( SECONDS + ${RS_HYB_NEED_S:-100} > ${RS_DEADLINE_S:-540} )); then log "hybrid: no time left for $entry"; return 1; fi
+  k=${entry%%[r@]*}; rest=${entry#"$k"}; frac=${RS_MEM_FRACTION:-0.88}; tag=
+  [[ $rest == *@* ]] && frac=${rest#*@} && tag=f$frac
+  [[ $rest == r* ]] && tag=${rest%%@*}
+  label=hyb_${trim}_s$k${tag:+_$tag}
+  local args=(--model-path "$model" --load-format dummy --host 127.0.0.1 --port "$PORT"
+              --attention-backend triton --sampling-backend pytorch --grammar-backend none
+              --mem-fraction-static "$frac" --context-length 4096 --cuda-graph-max-bs-decode 32 ${RS_HYB_ARGS:-})
+  acc=
+  if (( k > 0 )); then
+    acc=$(acc_len "$k")
+    args+=(--speculative-algorithm NEXTN --speculative-num-steps "$k" --speculative-eagle-topk 1
+           --speculative-num-draft-tokens $((k + 1)))
+  fi
+  echo "entry=$entry depth=$k accept_pinned=${acc:-none} mem_fraction=$frac trim=$trim args=${args[*]}" > "$res/mem_$label.txt"
+  local ok=0
+  SGLANG_SIMULATE_ACC_LEN=${acc:--1} SGLANG_SIMULATE_ACC_METHOD=match-expected \
+    RS_READY_TIMEOUT=${RS_HYB_READY_S:-200} start "$label" "${args[@]}" && ok=1
+  echo "ready=$ok" >> "$res/mem_$label.txt"
+  (( ok )) && nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader >> "$res/mem_$label.txt"
+  grep -E "$MEM_LINES" "$res/$label.log" | grep -v "server_args=" | cut -c1-600 >> "$res/mem_$label.txt"
+  # a boundary entry (K@F) only starts; the others are benchmarked
+  if (( ok )) && [[ $tag != f* ]]; then
+    timeout -s TERM "${RS_HYB_BENCH_S:-150}" python3 "$here/hybrid_bench.py" --url "http://127.0.0.1:$PORT" \
+      --levels "${RS_HYB_LEVELS:-1,4,16,32}" --out "$res/bench_$label.json" --label "$label" ${RS_HYB_BENCH_OPTS:-}
+  fi
+  stop
+  [[ -n ${OUT:-} ]] && pack
+  # the next start must not be measured beside a dying one
+  for _ in $(seq 1 20); do
+    [[ $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l) == 0 ]] && break; sleep 0.5
+  done
+  (( ok )) || [[ $tag == f* ]] || return 2
+}
+
+# One tarball, rewritten whole (atomically) after every hybrid entry and at the end: a call cut
+# by its time limit still brings back what it measured.
 pack() {
-  tar -C "$res" -czf "$OUT/results-$(date +%H%M%S).tgz" . 2>/dev/null && ls -la "$OUT"
+  tar -C "$res" -czf "$OUT/.results.tgz.part" . 2>/dev/null && mv "$OUT/.results.tgz.part" "$OUT/results.tgz" \
+    && ls -la "$OUT/results.tgz"
 }
 
 trap 'stop; [[ -n ${OUT:-} ]] && pack' EXIT

@@ -36,7 +36,9 @@ import time
 import urllib.error
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# RS_COLLECTION_ROOT: the checkout to import when these scripts run from a copy outside it
+# (the lent machine runs copies carried beside the checkout).
+ROOT = os.environ.get("RS_COLLECTION_ROOT") or os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 _COLLECTION = "ansible_collections.blackwell.sglang"
 
 

@@ -1,0 +1,223 @@
+"""Tables of the trimmed hybrid MoE's real starts: memory per depth and the verify round's physics.
+
+Reads what ``device.sh hybrid`` brought back (``tests/fixtures/real-sglang/hybrid/``):
+``mem_<label>.txt`` (the entry's header, ``ready=``, nvidia-smi's used memory and the start's
+memory lines), ``bench_<label>.json`` (hybrid_bench.py) and, for failed starts, ``<label>.log``.
+Labels are ``hyb_<trim>_s<K>[_r<N>|_f<F>]``: depth K, relaunch N, mem fraction F.
+
+Pure functions (unit tests call them on the fixtures) and a ``main`` that prints the tables:
+
+  python tests/gpu/real_sglang/hybrid_report.py tests/fixtures/real-sglang/hybrid
+"""
+
+import json
+import os
+import re
+import statistics
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from memory_check import parse_log  # noqa: E402  pylint: disable=wrong-import-position
+
+LABEL = re.compile(r"^hyb_(?P<trim>[a-z0-9]+)_s(?P<k>\d+)(?:_r(?P<r>\d+))?(?:_f(?P<f>[\d.]+))?$")
+HEADER = re.compile(r"entry=(?P<entry>\S+) depth=(?P<k>\d+) accept_pinned=(?P<acc>\S+) "
+                    r"mem_fraction=(?P<frac>[\d.]+) trim=(?P<trim>\S+)")
+# mem_cache/memory_pool.py MambaPool.__init__ (0.5.17): "Mamba Cache is allocated.
+# max_mamba_cache_size: N, conv_state size: X GB, ssm_state size: Y GB [intermediate_ssm_state_cache
+# size: Z GB intermediate_conv_window_cache size: W GB]" (GB = 1024**3)
+MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<slots>\d+), "
+                   r"conv_state size: (?P<conv>[\d.]+)GB, ssm_state size: (?P<ssm>[\d.]+)GB"
+                   r"(?: intermediate_ssm_state_cache size: (?P<issm>[\d.]+)GB"
+                   r" intermediate_conv_window_cache size: (?P<iconv>[\d.]+)GB)?")
+# mem_cache/kv_cache_configurator.py resolve_max_num_reqs (warning)
+CAPPED = re.compile(r"max_running_requests is capped to (?P<cap>\d+) by the mamba state cache "
+                    r"\(max_mamba_cache_size=(?P<slots>\d+), (?P<ratio>\d+) state slots per request\)")
+# What 0.5.17 resolved for the hybrid at start (ServerArgs repr): the state pool's strategy and
+# whether the overlap scheduler runs are decided there, not by the launch flags.
+SERVER_ARGS_KEPT = ("mamba_radix_cache_strategy", "uses_mamba_radix_cache", "disable_overlap_schedule",
+                    "disable_radix_cache", "max_running_requests", "mamba_full_memory_ratio",
+                    "max_mamba_cache_size", "mamba_ssm_dtype", "linear_attn_backend", "mem_fraction_static")
+SMI = re.compile(r"^(?P<used>\d+) MiB, (?P<total>\d+) MiB$")
+
+
+def parse_label(label):
+    m = LABEL.match(label)
+    if not m:
+        return None
+    return {"trim": m.group("trim"), "depth": int(m.group("k")), "launch": int(m.group("r") or 1),
+            "fraction": float(m.group("f")) if m.group("f") else None}
+
+
+def parse_mem(text):
+    """The figures of one ``mem_<label>.txt`` (or a whole start log): memory_check.parse_log's
+    fields plus the hybrid state pool (slots, per-slot state, intermediate state), the cap the
+    state pool set, nvidia-smi's used MiB and the entry header."""
+    out = parse_log(text)
+    out.pop("server_args", None)
+    for line in text.splitlines():
+        m = HEADER.search(line)
+        if m:
+            out.update(entry=m.group("entry"), depth=int(m.group("k")), mem_fraction=float(m.group("frac")),
+                       accept_pinned=None if m.group("acc") == "none" else float(m.group("acc")))
+        m = MAMBA.search(line)
+        if m:
+            pools = out.setdefault("mamba", [])
+            g = {k: (float(v) if v is not None else None) for k, v in m.groupdict().items()}
+            g["slots"] = int(g["slots"])
+            pools.append(g)
+        m = CAPPED.search(line)
+        if m:
+            out["capped_to"] = int(m.group("cap"))
+            out["state_slots_per_request"] = int(m.group("ratio"))
+        m = SMI.match(line.strip())
+        if m:
+            out["smi_used_mib"], out["smi_total_mib"] = int(m.group("used")), int(m.group("total"))
+        if line.startswith("ready="):
+            out["ready"] = line.strip() == "ready=1"
+    if out.get("mamba"):
+        first = out["mamba"][0]
+        slots = first["slots"]
+        out["state_gb"] = round(first["conv"] + first["ssm"], 3)
+        out["per_slot_state_mib"] = round((first["conv"] + first["ssm"]) * 1024 / slots, 2) if slots else None
+        out["intermediate_gb"] = round((first["issm"] or 0) + (first["iconv"] or 0), 3)
+    return out
+
+
+def load(fixture_dir):
+    """{label: {"meta", "mem", "bench", "log_failure"}} for every entry in the folder."""
+    out = {}
+    for name in sorted(os.listdir(fixture_dir)):
+        m = re.match(r"^mem_(hyb_.+)\.txt$", name)
+        if not m:
+            continue
+        label = m.group(1)
+        with open(os.path.join(fixture_dir, name), errors="replace") as f:
+            mem = parse_mem(f.read())
+        rec = {"meta": parse_label(label), "mem": mem, "bench": None, "args": {}}
+        lpath = os.path.join(fixture_dir, "%s.log" % label)
+        if os.path.exists(lpath):
+            with open(lpath, errors="replace") as f:
+                full = parse_log(f.read())
+            rec["args"] = {k: full["server_args"].get(k) for k in SERVER_ARGS_KEPT}
+        bpath = os.path.join(fixture_dir, "bench_%s.json" % label)
+        if os.path.exists(bpath):
+            with open(bpath) as f:
+                rec["bench"] = json.load(f)
+        out[label] = rec
+    return out
+
+
+def rounds(entries, trim="experts32"):
+    """{(depth, C): [round_ms of each launch]} and the same for accept length and tok/s."""
+    rt, acc, tps = {}, {}, {}
+    for rec in entries.values():
+        meta = rec["meta"]
+        if not meta or meta["trim"] != trim or meta["fraction"] is not None or not rec["bench"]:
+            continue
+        for lv in rec["bench"]["levels"]:
+            if lv.get("round_ms") is None:
+                continue
+            key = (meta["depth"], lv["concurrency"])
+            rt.setdefault(key, []).append(lv["round_ms"])
+            acc.setdefault(key, []).append(lv.get("accept_length"))
+            tps.setdefault(key, []).append(lv.get("output_throughput"))
+    return rt, acc, tps
+
+
+def spread_pct(values):
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2 or min(vals) <= 0:
+        return None
+    return (max(vals) - min(vals)) / min(vals) * 100.0
+
+
+def marginal_costs(rt, concurrency):
+    """Per extra draft step between consecutive measured depths at one C, from the launches'
+    medians: [(k_from, k_to, ms per step)]. Depth 0 (no speculation) is left out: a draft at all
+    adds the draft model's fixed costs, not one step's."""
+    ks = sorted(k for (k, c) in rt if c == concurrency and k > 0)
+    med = {k: statistics.median(rt[(k, concurrency)]) for k in ks}
+    return [(a, b, (med[b] - med[a]) / (b - a)) for a, b in zip(ks, ks[1:])]
+
+
+def shape(costs, noise_ms):
+    """'concave', 'convex' or 'linear' from successive marginal costs: falling by more than the
+    noise somewhere and never rising by more is concave; the reverse convex; else linear."""
+    diffs = [b[2] - a[2] for a, b in zip(costs, costs[1:])]
+    falls = any(d < -noise_ms for d in diffs)
+    rises = any(d > noise_ms for d in diffs)
+    if falls and not rises:
+        return "concave"
+    if rises and not falls:
+        return "convex"
+    return "linear" if not falls else "mixed"
+
+
+def _f(v, nd=2):
+    return "" if v is None else ("%.*f" % (nd, v) if isinstance(v, float) else str(v))
+
+
+def memory_table(entries, trim="experts32"):
+    rows = ["| depth | launch | weights GiB target / draft | state slots | per-slot state MiB | intermediate GiB "
+            "| KV tokens | cap (slots/req) | graph GiB | free after graphs GiB | nvidia-smi used MiB |",
+            "|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|"]
+    for label, rec in sorted(entries.items(), key=lambda kv: (kv[1]["meta"] or {}).get("depth", -1)):
+        meta, mem = rec["meta"], rec["mem"]
+        if not meta or meta["trim"] != trim or meta["fraction"] is not None:
+            continue
+        t, d = mem.get("target", {}), mem.get("draft", {})
+        cap = mem.get("max_running_requests")
+        ratio = mem.get("state_slots_per_request")
+        graph = (t.get("graph_gb") or 0) + (d.get("graph_gb") or 0)
+        rows.append("| %d | %d | %s / %s | %s | %s | %s | %s | %s%s | %s | %s | %s |" % (
+            meta["depth"], meta["launch"], _f(t.get("weights_gb")), _f(d.get("weights_gb")),
+            _f((mem.get("mamba") or [{}])[0].get("slots")), _f(mem.get("per_slot_state_mib")),
+            _f(mem.get("intermediate_gb")), _f(t.get("kv_tokens")), _f(cap),
+            " (%d)" % ratio if ratio else "", _f(round(graph, 2) if graph else None),
+            _f(mem.get("available_gpu_mem_gb")), _f(mem.get("smi_used_mib"))))
+    return "\n".join(rows)
+
+
+def physics_table(entries, trim="experts32"):
+    rt, acc, tps = rounds(entries, trim)
+    levels = sorted(set(c for (_k, c) in rt))
+    rows = ["| depth | accept | " + " | ".join("round ms C=%d (spread %%)" % c for c in levels) + " |",
+            "|---:|---:|" + "---:|" * len(levels)]
+    for k in sorted(set(k for (k, _c) in rt)):
+        a = [x for c in levels for x in acc.get((k, c), []) if x is not None]
+        cells = []
+        for c in levels:
+            vals = rt.get((k, c))
+            if not vals:
+                cells.append("")
+                continue
+            sp = spread_pct(vals)
+            cells.append("%s x%d%s" % (_f(statistics.median(vals)), len(vals), " (%.1f)" % sp if sp is not None else ""))
+        rows.append("| %d | %s | %s |" % (k, _f(statistics.median(a)) if a else "", " | ".join(cells)))
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    argv = argv if argv is not None else sys.argv[1:]
+    fixture_dir = argv[0] if argv else os.path.join(HERE, "..", "..", "fixtures", "real-sglang", "hybrid")
+    entries = load(fixture_dir)
+    for trim in sorted(set(r["meta"]["trim"] for r in entries.values() if r["meta"])):
+        print("## %s: memory per depth\n" % trim)
+        print(memory_table(entries, trim))
+        print("\n## %s: verify round per depth and concurrency\n" % trim)
+        print(physics_table(entries, trim))
+        rt = rounds(entries, trim)[0]
+        for c in sorted(set(c for (_k, c) in rt)):
+            costs = marginal_costs(rt, c)
+            print("C=%d marginal ms per draft step: %s" % (c, ", ".join("%d->%d %.2f" % x for x in costs)))
+        print()
+    for label, rec in sorted(entries.items()):
+        if rec["meta"] and rec["meta"]["fraction"] is not None:
+            mem = rec["mem"]
+            print("boundary %s: ready=%s failure=%s" % (label, mem.get("ready"), mem.get("failure")))
+
+
+if __name__ == "__main__":
+    main()
