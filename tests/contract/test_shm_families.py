@@ -35,12 +35,7 @@ CLEANUP = "srt/utils/stale_shm_cleanup.py"
 LOADS = "srt/managers/load_snapshot.py"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def wheel():
-    try:
-        return sglang_release.wheel_path()
-    except sglang_release.ReleaseUnavailable as exc:
-        pytest.skip("sglang %s wheel unavailable: %s" % (sglang_release.PINNED, exc))
+pytestmark = pytest.mark.usefixtures("pinned_wheel")
 
 
 @pytest.fixture(scope="module")

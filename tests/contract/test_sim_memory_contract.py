@@ -29,21 +29,7 @@ POOL = "srt/model_executor/pool_configurator.py"
 HOOK = "srt/arg_groups/memory_hook.py"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def wheel():
-    try:
-        return sglang_release.wheel_path()
-    except sglang_release.ReleaseUnavailable as exc:
-        pytest.skip("sglang %s wheel unavailable: %s" % (sglang_release.PINNED, exc))
-
-
-@pytest.fixture(scope="module")
-def release_fn(wheel):
-    """Run a pure function of the release straight out of the wheel (lazy definition loader)."""
-    importer = sglang_release._WheelImporter(wheel)
-    importer.__enter__()
-    yield importer.resolve
-    importer.__exit__(None, None, None)
+pytestmark = pytest.mark.usefixtures("pinned_wheel")
 
 
 def _sim_templates(path):

@@ -26,20 +26,7 @@ OVERRIDES = "srt/arg_groups/overrides.py"
 MAMBA_HOOK = "srt/arg_groups/mamba_hook.py"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def wheel():
-    try:
-        return sglang_release.wheel_path()
-    except sglang_release.ReleaseUnavailable as exc:
-        pytest.skip("sglang %s wheel unavailable: %s" % (sglang_release.PINNED, exc))
-
-
-@pytest.fixture(scope="module")
-def release_fn(wheel):
-    importer = sglang_release._WheelImporter(wheel)
-    importer.__enter__()
-    yield importer.resolve
-    importer.__exit__(None, None, None)
+pytestmark = pytest.mark.usefixtures("pinned_wheel")
 
 
 def _norm(sim_text):
