@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "sim"))
 
 import release_contract as rc  # noqa: E402
-import sglang_release  # noqa: E402
 from sglang_sim import shm  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(

@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT / "sim"))
 
 import release_contract as rc  # noqa: E402
-import sglang_release  # noqa: E402
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal  # noqa: E402
 from sglang_sim import memory, server_args  # noqa: E402
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.blackwell.sglang.plugins.module_utils import journal
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "real-sglang" / "hybrid"

@@ -100,7 +100,7 @@ def param_counts(cfg):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("out")
     ap.add_argument("--trim", choices=sorted(TRIMS), default="experts32")
     ap.add_argument("--experts", type=int)
