@@ -94,7 +94,7 @@ done
 # two cores; a third loads the simulated servers enough to move the figures the scenarios check.
 # Longest scenarios first (seconds of a fresh-clone run on a 2-core machine), spread greedily.
 declare -A scenario_weight=([sequences]=840 [rollout]=725 [pool]=505 [resume]=505 [realpkg]=405 [tune]=300
-                            [production]=260 [service]=230 [default]=30)
+                            [production]=260 [levers]=400 [service]=230 [default]=30)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
   local lane=$1; shift
   local sc s

@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import mtp_tune_numerics_plan
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import mtp_tune_capped, mtp_tune_fit_ladder
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault, mtp_tune_node_fault_message
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
@@ -45,4 +46,5 @@ class FilterModule(object):
             "mtp_tune_capped": mtp_tune_capped,
             "mtp_tune_node_fault": mtp_tune_node_fault,
             "mtp_tune_node_fault_message": mtp_tune_node_fault_message,
+            "mtp_tune_numerics_plan": mtp_tune_numerics_plan,
         }

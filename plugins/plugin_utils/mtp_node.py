@@ -16,6 +16,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import CAP_LEVERS
 
 # Failure classes (sglang_service_wait's) that no speculative setting causes or cures.
 NODE_CLASSES = ("port_in_use", "model_missing", "install_broken", "no_gpu")
@@ -72,6 +73,9 @@ def node_fault_of(attempt):
     cls = str(attempt.get("failure_class") or "").lower()
     tail = attempt.get("journal_tail") or []
     if cls == "bad_args":
+        # a lever the search set (mtp_cap) is the setting's: the release may refuse it on this node
+        if any(k in CAP_LEVERS and v not in (None, False) for k, v in (attempt.get("overrides") or {}).items()):
+            return None
         if not bad_args_is_node(attempt.get("failure_line"), tail):
             return None
         line = _bad_args_line(attempt.get("failure_line"), tail).strip()

@@ -15,6 +15,7 @@ import math
 from ansible_collections.blackwell.sglang.plugins.module_utils.bench_metrics import (
     accept_length_high_deeper, accept_lengths_by_depth, bisect_up)
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import lift_relaunch, lifted
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import (
     candidate_states, cannot_fit, fit_classes_of)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault
@@ -672,6 +673,10 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
     - then, with ``remeasure_launches``, the two contenders tied within the band are measured
       again (the band narrows with the square root of the measurements) until the budget ends.
 
+    With ``cap_levers`` (a hybrid model's state pool read from a launch's log), a candidate whose
+    predicted running-request cap is below the judged load is launched with the least lever change
+    that holds it, and a launch that came back capped is launched again so (mtp_cap).
+
     A launch of this run that failed for a reason of the node, not of the setting (mtp_tune_node_fault:
     port in use, model missing, install broken, no GPU, an argument every candidate shares) ends
     the search at once: every other candidate would fail the same way.
@@ -705,6 +710,11 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
     states = candidate_states(attempts, fit, classes)
     by_key = dict((c["key"], c) for c in candidates)
     best = mtp_tune_pick_best(attempts, spec)
+    # A launch that came back capped below the judged load (or whose lever the greedy check
+    # refused) is launched again with the lever the pool model says holds the load.
+    lift = lift_relaunch(attempts, spec)
+    if lift:
+        return _labelled(lift)
     # A pending fit launch finishes before anything else starts: its answer matters to the search,
     # unless the candidate cannot win at its best fitting value (fit_can_win).
     # (A pool's round may end with several failures: each one's fit is due, the latest first.)
@@ -728,7 +738,8 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
         for cand in candidates:
             # a cheaper draft of its topk failed for good on memory: it would only fail again
             if cand["key"] not in states and not cannot_fit(cand, states, classes):
-                return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"})
+                return _labelled(lifted({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"},
+                                        attempts, spec))
         nxt = _remeasure(attempts, best, spec.remeasure_launches)
         return _labelled(nxt) if nxt else None
     lanes = {}
@@ -746,7 +757,7 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
                 states[cand["key"]] = {"attempts": [{"candidate": cand, "status": "skipped"}], "ok": None,
                                        "pending": None, "done": True, "fit": None}
                 continue
-            return _labelled({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason})
+            return _labelled(lifted({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason}, attempts, spec))
     nxt = _remeasure(attempts, best, spec.remeasure_launches)
     return _labelled(nxt) if nxt else None
 

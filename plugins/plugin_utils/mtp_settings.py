@@ -36,6 +36,11 @@ except ImportError:  # pragma: no cover - ansible is always present where filter
 
 
 OBJECTIVES = ("latency", "throughput", "slo")
+# The server settings that move a hybrid model's running-request cap (the state pool's size),
+# in the ServerArgs spelling the overrides use; the last one changes the kernels' arithmetic, so
+# it is adopted only after the greedy check (mtp_numerics).
+CAP_LEVERS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_replayssm_spec")
+NUMERICS_LEVERS = ("enable_linear_replayssm_spec",)
 STRATEGIES = ("sweep", "adaptive", "climb")
 SEARCH_LEVELS = ("judged", "all")
 PROBE_ENDS = ("both", "high", "low", "none")
@@ -189,6 +194,8 @@ SPEC_KEYS = (
     ("noise_launches", 0, "mtp_tune_noise_launches"),
     ("verify_tolerance", 0.05, "mtp_tune_verify_tolerance"),
     ("converge", False, "mtp_tune_converge"),
+    ("cap_levers", (), "mtp_tune_cap_levers"),
+    ("kv_need", None, "mtp_tune_cap_kv_tokens"),
 )
 SPEC_FIELDS = tuple(k for k, _d, _v in SPEC_KEYS)
 _TRUE = ("true", "yes", "on", "1")
@@ -295,7 +302,8 @@ def spec_from(value=None):
     false = none); ``level``, ``seed``, ``max_launches``, ``remeasure_launches``,
     ``noise_launches``: integers; ``levels``: a list of integers; ``slo_min_tps``,
     ``slo_max_ttft_p99_ms``: numbers > 0; ``noise``, ``verify_tolerance``: fractions >= 0;
-    ``fit_retry``, ``converge``: booleans; ``fit_classes``: a list of failure classes.
+    ``fit_retry``, ``converge``: booleans; ``fit_classes``: a list of failure classes;
+    ``cap_levers``: a list among CAP_LEVERS; ``kv_need``: the KV tokens a lifted candidate must keep.
     """
     if isinstance(value, TuneSpec):
         return value
@@ -334,4 +342,30 @@ def spec_from(value=None):
         noise_launches=0 if _absent(got["noise_launches"]) else as_int(got["noise_launches"], var["noise_launches"]),
         verify_tolerance=as_fraction(got["verify_tolerance"], var["verify_tolerance"], 0.05),
         converge=_flag(got["converge"], var["converge"]),
+        cap_levers=_cap_levers(got["cap_levers"], var["cap_levers"]),
+        kv_need=None if _absent(got["kv_need"]) else as_int(got["kv_need"], var["kv_need"]),
     )
+
+
+def _cap_levers(value, var):
+    """The levers the search may set to lift a capped candidate, in the operator's order of
+    preference, each once."""
+    if _absent(value):
+        return ()
+    out = []
+    for item in _list(value, var):
+        if item not in CAP_LEVERS:
+            raise AnsibleFilterError("%s items must be among %s, got %r" % (var, ", ".join(CAP_LEVERS), item))
+        if item not in out:
+            out.append(item)
+    return tuple(out)
+
+
+def cap_target(spec):
+    """The running requests a candidate must be able to hold: the concurrency the objective is
+    judged at (every level's highest for slo without a level); None when the run has no levels."""
+    if spec.level is not None:
+        return spec.level
+    if spec.objective == "latency":
+        return 1
+    return max(spec.levels) if spec.levels else None
