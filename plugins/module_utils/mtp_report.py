@@ -219,6 +219,15 @@ def running_cap(att):
     return None
 
 
+def _cap_text(att, cap):
+    """A cap cell: the number, and the pool that set it where the launch's start log said
+    (pool facts ``capped_by``: mamba, the hybrid state pool; kv, the KV cache)."""
+    if cap is None:
+        return "-"
+    pool = att.get("pool") if isinstance(att.get("pool"), dict) else {}
+    return "%d (%s)" % (cap, pool["capped_by"]) if pool.get("capped_by") else "%d" % cap
+
+
 def queue_bound(level, cap):
     """A level is queue-bound when the server runs fewer requests at once than it sends: the
     rest wait in the queue and the figure includes the wait."""
@@ -346,6 +355,7 @@ def _converge_attempt(doc):
     return {"key": conv.get("key"), "candidate": winner.get("candidate") if same else {},
             "overrides": winner.get("overrides") if same else {}, "status": "ok", "metrics": levels,
             "running_cap": None if win is None else running_cap(doc["attempts"][win]),
+            "pool": {} if win is None else doc["attempts"][win].get("pool"),
             "timings": {"started": conv.get("at")}}
 
 
@@ -596,7 +606,7 @@ def _figure_lines(doc, levels):
     if cap is None:
         capped = "running cap unknown (its launch did not say)"
     else:
-        capped = "running cap %d%s" % (cap, ": q marks a level above it, where requests queue" if queued else "")
+        capped = "running cap %s%s" % (_cap_text(att, cap), ": q marks a level above it, where requests queue" if queued else "")
     return ["- Its figures, per-request decode tok/s / aggregate output tok/s (%s): %s; %s" % (
         source, ", ".join(parts), capped)]
 
@@ -609,8 +619,8 @@ def _setting_lines(doc, levels, directory=None):
         return ["**Setting to run: none yet** (no candidate has served and been benchmarked)"]
     runs = [r for r in doc.get("runs") or [] if isinstance(r, dict)]
     provisional = " (the best so far: the run has not finished)" if runs and runs[-1].get("state") != "finished" else ""
-    out = ["**Setting to run: %s**%s: `%s`" % (notation(winner), provisional,
-                                                 setting_argv(winner.get("candidate"), winner.get("overrides"))), ""]
+    argv = setting_argv(winner.get("candidate"), winner.get("overrides"))
+    out = ["**Setting to run: %s**%s: `%s`" % (notation(winner), provisional, argv), ""]
     out += _figure_lines(doc, levels)
     where = shlex.quote(os.path.abspath(directory)) if directory else "<this results directory>"
     out.append("- Roll it out: `ansible-playbook blackwell.sglang.rollout -i <inventory> -e mtp_tune_from=%s` "
@@ -702,8 +712,8 @@ def render_summary(doc, directory=None):
         out.append("- **Winner: steps %s** (topk %s, %s draft tokens%s): %.1f at C=%s; %s" % (
             (winner.get("candidate") or {}).get("steps"), (winner.get("candidate") or {}).get("topk"),
             (winner.get("candidate") or {}).get("draft_tokens"),
-            "".join(", %s %s" % (k.replace("_", "-"), v) for k, v in sorted((winner.get("overrides") or {}).items())
-                    if v is not None),
+            "".join(", %s" % k.replace("_", "-") if k in FLAG_LEVERS else ", %s %s" % (k.replace("_", "-"), _value_text(v))
+                    for k, v in _set_levers(winner.get("overrides"))),
             sc.get("value") or 0.0, sc.get("level"), winner.get("decided_by", "")))
         if winner.get("margin") is not None:
             iv = winner.get("interval") or [None, None]
@@ -740,7 +750,8 @@ def render_summary(doc, directory=None):
     out.append("")
     out.append(_notation_line(doc))
     out.append("Cells: per-request decode tok/s / aggregate output tok/s; cap: the running cap of the launch's server "
-               "(- where it did not say).")
+               "(- where it did not say), with the pool that set it where its start log said (mamba: the hybrid "
+               "state pool, kv: the KV cache).")
     out.append("")
     out.append("| candidate | cap | " + " | ".join("C=%d" % c for c in levels) + " | launch | bench |")
     out.append("|---|---|" + "---|" * len(levels) + "---|---|")
@@ -764,13 +775,13 @@ def render_summary(doc, directory=None):
             cells = ["skipped: %s" % (att.get("reason") or "cannot win")] + [""] * (len(levels) - 1)
         else:
             cells = [_failure_text(att)] + [""] * (len(levels) - 1)
-        out.append("| %s | %s | %s | %s | %s |" % (label, "-" if cap is None else cap, " | ".join(cells),
+        out.append("| %s | %s | %s | %s | %s |" % (label, _cap_text(att, cap), " | ".join(cells),
                                                    _duration(tm.get("launch_s")), _duration(tm.get("bench_s"))))
     conv = _converge_attempt(doc)
     if conv:
         metrics, cap = conv["metrics"], conv["running_cap"]
         out.append("| **%s** converged | %s | %s | - | - |" % (
-            notation(conv), "-" if cap is None else cap,
+            notation(conv), _cap_text(conv, cap),
             " | ".join(_cell(metrics[str(c)], True, queue_bound(c, cap)) if str(c) in metrics else "-" for c in levels)))
         queued = queued or any(queue_bound(c, cap) for c in levels if str(c) in metrics)
     if queued:

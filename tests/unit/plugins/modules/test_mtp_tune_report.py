@@ -529,7 +529,8 @@ def levered_doc():
     d["settings"].update(objective="throughput", level=32, concurrency=[1, 32, 48], search_levels=[32])
     d["attempts"] = [
         attempt(1, {1: (150.0, 148.0), 32: (40.0, 1160.0)}, running_cap=29),
-        attempt(8, {1: (260.0, 255.0), 32: (70.0, 980.0)}, running_cap=14),
+        attempt(8, {1: (260.0, 255.0), 32: (70.0, 980.0)}, running_cap=14,
+                pool={"hybrid": True, "max_running_requests": 14, "slots_per_request": 5, "capped_by": "mamba"}),
         attempt(8, {32: (60.0, 1900.0)}, overrides=dict(LEVERED), running_cap=40, pool={"hybrid": True},
                 numerics={"checked": True, "differ": 0, "of": 16}),
         # a record from before running_cap: the benchmark's server facts say the cap
@@ -596,6 +597,8 @@ def test_summary_first_lines_give_the_setting_its_figures_and_the_rollout(tmp_pa
         assert "rollout_mtp_tune_from: \"{{ mtp_tune_from | default('') }}\"" in fh.read()
     assert lines[7] == "## How it was chosen"
     md = "\n".join(lines)
+    assert "- **Winner: steps 8** (topk 1, 9 draft tokens, mamba-full-memory-ratio 4, enable-linear-replayssm-spec): " \
+           "1890.0 at C=32" in md and "- Fitted:" not in md
     assert "- Cap levers: `--mamba-full-memory-ratio 4 --enable-linear-replayssm-spec` (set to raise the running cap; " \
            "unset ones are SGLang's defaults); greedy outputs checked: 0 of 16 differ" in md
 
@@ -625,7 +628,7 @@ def test_table_shows_each_candidates_cap_and_marks_queue_bound_levels():
     md = R.render_summary(R.finalize(levered_doc()))
     assert "| candidate | cap | C=1 | C=32 | C=48 | launch | bench |" in md
     assert "| s1-k1-d2 | 29 | 150 / 148 | 40 / 1160 q | - |" in md
-    assert "| s8-k1-d9 | 14 | 260 / 255 | 70 / 980 q | - |" in md
+    assert "| s8-k1-d9 | 14 (mamba) | 260 / 255 | 70 / 980 q | - |" in md
     assert "| **s8-k1-d9+ratio4+replay** (winner) | 40 | - | 60 / 1900 | - |" in md
     assert "| s4-k1-d5+cgbs24+mrr24 | 24 | - | 55 / 1500 q | - |" in md  # the cap from server facts
     assert "| s8-k1-d9+ratio4+replay all levels | 40 | - | 62 / 1880 | - |" in md
