@@ -31,6 +31,7 @@ import io
 import json
 import math
 import os
+import shlex
 import tempfile
 import time
 
@@ -123,6 +124,116 @@ def attempt_key(att):
     return att.get("key") or "s%s-k%s-d%s" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
 
 
+# The overrides a candidate may carry (SGLang ServerArgs fields), in the order the notation and the
+# command line write them: (key, notation suffix, SGLang 0.5.23 flag). The flags are the pinned
+# release's spelling (roles/service/vars/sglang_releases.yml; 0.5.23 has no --cuda-graph-max-bs);
+# enable_linear_replayssm_spec is a store_true flag, written only when true.
+LEVERS = (
+    ("cuda_graph_max_bs", "cgbs", "--cuda-graph-max-bs-decode"),
+    ("max_running_requests", "mrr", "--max-running-requests"),
+    ("mamba_full_memory_ratio", "ratio", "--mamba-full-memory-ratio"),
+    ("max_mamba_cache_size", "mms", "--max-mamba-cache-size"),
+    ("enable_linear_replayssm_spec", "replay", "--enable-linear-replayssm-spec"),
+)
+FLAG_LEVERS = ("enable_linear_replayssm_spec",)
+DEPTH_FLAGS = (("steps", "--speculative-num-steps"), ("topk", "--speculative-eagle-topk"),
+               ("draft_tokens", "--speculative-num-draft-tokens"))
+
+
+def _on(value):
+    """A store_true lever's value as set_fact and extra vars may leave it (bool, 'true', 1)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return value is True or (isinstance(value, int) and value == 1)
+
+
+def _value_text(value):
+    num = as_number(value)
+    if num is None:
+        return str(value)
+    return "%d" % num if num == int(num) else "%g" % num
+
+
+def _set_levers(overrides):
+    """``[(key, value), ...]`` of the overrides that are set, known levers first in LEVERS order,
+    then any other key sorted (so a lever this report does not know still shows)."""
+    ov = overrides if isinstance(overrides, dict) else {}
+    known = [k for k, _t, _f in LEVERS]
+    out = []
+    for key in known + sorted(k for k in ov if k not in known):
+        value = ov.get(key)
+        if value is None or value == "" or (key in FLAG_LEVERS and not _on(value)):
+            continue
+        out.append((key, value))
+    return out
+
+
+def notation(att):
+    """The report's one name of a candidate: depth ``s<steps>-k<topk>-d<draft tokens>`` and a
+    suffix per lever that is set (``+cgbs64``, ``+mrr20``, ``+ratio4``, ``+mms96``, ``+replay``),
+    e.g. ``s8-k1-d9+ratio4+replay``. Used by summary.md's tables, results.csv and the plot.
+
+    ``att`` is an attempt, the winner or a converge row (``candidate``, ``overrides``, ``key``)."""
+    att = att if isinstance(att, dict) else {}
+    cand = att.get("candidate") if isinstance(att.get("candidate"), dict) else {}
+    depth = [cand.get(k) for k in ("steps", "topk", "draft_tokens")]
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in depth):
+        text = "s%d-k%d-d%d" % tuple(depth)
+    else:
+        text = str(att.get("key") or cand.get("key") or "-")
+    tags = dict((k, t) for k, t, _f in LEVERS)
+    for key, value in _set_levers(att.get("overrides")):
+        if key in FLAG_LEVERS:
+            text += "+" + tags[key]
+        else:
+            text += "+%s%s" % (tags.get(key, key + "="), _value_text(value))
+    return text
+
+
+def setting_argv(candidate, overrides):
+    """The SGLang flags of a setting: its depth and every lever that is set, e.g.
+    ``--speculative-num-steps 8 --speculative-eagle-topk 1 --speculative-num-draft-tokens 9
+    --mamba-full-memory-ratio 4``."""
+    cand = candidate if isinstance(candidate, dict) else {}
+    words = []
+    for key, flag in DEPTH_FLAGS:
+        if cand.get(key) is not None:
+            words += [flag, str(cand[key])]
+    flags = dict((k, f) for k, _t, f in LEVERS)
+    for key, value in _set_levers(overrides):
+        flag = flags.get(key, "--" + key.replace("_", "-"))
+        words += [flag] if key in FLAG_LEVERS else [flag, _value_text(value)]
+    return " ".join(words)
+
+
+def running_cap(att):
+    """The most requests the launch's server ran at once: the attempt's ``running_cap``, else an
+    older record's ``cap``, else sglang_bench's ``server.effective_max_running_requests``; None
+    when none says."""
+    att = att if isinstance(att, dict) else {}
+    server = att.get("server") if isinstance(att.get("server"), dict) else {}
+    for value in (att.get("running_cap"), att.get("cap"), server.get("effective_max_running_requests")):
+        num = as_number(value)
+        if num is not None and num >= 1:
+            return int(num)
+    return None
+
+
+def _cap_text(att, cap):
+    """A cap cell: the number, and the pool that set it where the launch's start log said
+    (pool facts ``capped_by``: mamba, the hybrid state pool; kv, the KV cache)."""
+    if cap is None:
+        return "-"
+    pool = att.get("pool") if isinstance(att.get("pool"), dict) else {}
+    return "%d (%s)" % (cap, pool["capped_by"]) if pool.get("capped_by") else "%d" % cap
+
+
+def queue_bound(level, cap):
+    """A level is queue-bound when the server runs fewer requests at once than it sends: the
+    rest wait in the queue and the figure includes the wait."""
+    return cap is not None and level is not None and int(level) > int(cap)
+
+
 def levels_of(doc):
     """Concurrency levels in the document: the run's list, plus any measured level."""
     out = set()
@@ -195,6 +306,9 @@ CSV_FIELDS = (
     "output_throughput_ci_high", "decode_tps_mean", "decode_tps_ci_low", "decode_tps_ci_high", "decode_tps_p50",
     "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "tpot_mean_ms", "e2e_p99_ms", "accept_length", "completed",
     "failed", "client_limited", "launch_s", "bench_s", "started",
+    # added with the cap levers: at the end, so readers by position keep working
+    "candidate", "mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_replayssm_spec",
+    "running_cap", "queue_bound",
 )
 
 
@@ -217,22 +331,39 @@ def converge_levels(doc):
     return conv, dict((str(c), lv) for c, lv in levels.items() if str(c).isdigit() and isinstance(lv, dict))
 
 
+def winner_index(doc):
+    """Index in ``attempts`` of the winner's row: its launch measured at the most levels (the one
+    completing its table after a search at the judged level), the first of them; None without one."""
+    winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
+    if not winner.get("key"):
+        return None
+    name = notation(winner)
+    rows = [(len(att.get("metrics") or {}), -i) for i, att in enumerate(doc.get("attempts") or [])
+            if att.get("status") == "ok" and attempt_key(att) == winner.get("key") and notation(att) == name]
+    return -max(rows)[1] if rows else None
+
+
 def _converge_attempt(doc):
-    """The converge's smoke as a row of the tables (no launch of the search: the run's last restart)."""
+    """The converge's smoke as a row of the tables (no launch of the search: the run's last restart).
+    Its running cap is the winner's launch's: the same setting on the same node."""
     conv, levels = converge_levels(doc)
     if not levels:
         return None
     winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
     same = winner.get("key") == conv.get("key")
+    win = winner_index(doc) if same else None
     return {"key": conv.get("key"), "candidate": winner.get("candidate") if same else {},
             "overrides": winner.get("overrides") if same else {}, "status": "ok", "metrics": levels,
+            "running_cap": None if win is None else running_cap(doc["attempts"][win]),
+            "pool": {} if win is None else doc["attempts"][win].get("pool"),
             "timings": {"started": conv.get("at")}}
 
 
 def csv_rows(doc):
     """One row per attempt and measured level; a failed attempt is one row without figures. The
     converged winner's smoke at every level, where it measured them, follows as attempt
-    ``converge``."""
+    ``converge``. ``candidate`` is the report's notation, ``running_cap`` the server's running
+    request limit and ``queue_bound`` whether the level is above it."""
     rows = []
     conv = _converge_attempt(doc)
     numbered = list(enumerate(doc.get("attempts") or [], 1)) + ([("converge", conv)] if conv else [])
@@ -246,6 +377,11 @@ def csv_rows(doc):
             "max_running_requests": ov.get("max_running_requests"), "status": att.get("status"),
             "failure_class": att.get("failure_class"), "run": att.get("run"),
             "launch_s": tm.get("launch_s"), "bench_s": tm.get("bench_s"), "started": tm.get("started"),
+            "candidate": notation(att), "mamba_full_memory_ratio": ov.get("mamba_full_memory_ratio"),
+            "max_mamba_cache_size": ov.get("max_mamba_cache_size"),
+            "enable_linear_replayssm_spec": _on(ov["enable_linear_replayssm_spec"])
+            if ov.get("enable_linear_replayssm_spec") not in (None, "") else None,
+            "running_cap": running_cap(att),
         }
         metrics = att.get("metrics") or {}
         levels = sorted((c for c in metrics if str(c).isdigit()), key=int)
@@ -255,7 +391,7 @@ def csv_rows(doc):
         for c in levels:
             m = level_metrics(metrics[c])
             row = dict(base)
-            row.update(concurrency=int(c))
+            row.update(concurrency=int(c), queue_bound=queue_bound(c, base["running_cap"]))
             for k in ("output_throughput", "decode_tps_mean", "decode_tps_p50", "ttft_p50_ms", "ttft_p99_ms",
                       "itl_p50_ms", "tpot_mean_ms", "e2e_p99_ms", "accept_length", "completed", "failed",
                       "client_limited"):
@@ -276,29 +412,22 @@ def render_csv(doc):
     return buf.getvalue()
 
 
-def _label(att):
-    cand = att.get("candidate") or {}
-    text = "%s (%s)" % (cand.get("steps"), cand.get("draft_tokens"))
-    if cand.get("topk", 1) != 1:
-        text = "%s topk %s (%s)" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
-    ov = att.get("overrides") or {}
-    parts = []
-    if ov.get("cuda_graph_max_bs") is not None:
-        parts.append("graph bs %s" % ov["cuda_graph_max_bs"])
-    if ov.get("max_running_requests") is not None:
-        parts.append("max req %s" % ov["max_running_requests"])
-    if parts:
-        text += " [%s]" % ", ".join(parts)
-    return text
-
-
-def _cell(level, mark_limited=True):
+def _cell(level, mark_limited=True, queued=False):
+    """One cell: per-request decode tok/s / aggregate output tok/s, ``(c)`` where the client was
+    near its own limit and that matters, `` q`` where the level is queue-bound."""
     m = level_metrics(level)
     if m["failed"]:
-        return "%d failed" % int(m["failed"])
-    pr, ag = m["decode_tps_mean"], m["output_throughput"]
-    return "%s / %s%s" % ("-" if pr is None else "%.0f" % pr, "-" if ag is None else "%.0f" % ag,
-                          " (c)" if m["client_limited"] and mark_limited else "")
+        text = "%d failed" % int(m["failed"])
+    else:
+        pr, ag = m["decode_tps_mean"], m["output_throughput"]
+        text = "%s / %s%s" % ("-" if pr is None else "%.0f" % pr, "-" if ag is None else "%.0f" % ag,
+                              " (c)" if m["client_limited"] and mark_limited else "")
+    return text + (" q" if queued else "")
+
+
+QUEUE_LEGEND = ("q: queue-bound: the level is above the setting's running cap (the most requests its server "
+                "runs at once, SGLang's effective max_running_requests); the requests above it wait in the queue, "
+                "so the figure includes the wait and says more about the cap than about the depth.")
 
 
 def judged_levels(doc):
@@ -444,13 +573,100 @@ def _model_lines(winner):
     return out
 
 
-def render_summary(doc):
-    """The operator's hand-made table: one row per attempt (steps x concurrency), winner marked."""
+def _figure_lines(doc, levels):
+    """The winner's figure at every measured level: the converged server's smoke where it measured
+    the level, else the winner's launch (its row in the table), queue-bound levels marked."""
+    winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
+    idx = winner_index(doc)
+    att = doc["attempts"][idx] if idx is not None else {}
+    cap = running_cap(att)
+    conv, conv_levels = converge_levels(doc)
+    if conv.get("key") != winner.get("key"):
+        conv_levels = {}
+    parts, smoke, launch, queued = [], [], [], False
+    measured = att.get("metrics") if isinstance(att.get("metrics"), dict) else {}
+    for c in levels:
+        if str(c) in conv_levels:
+            lv = conv_levels[str(c)]
+            smoke.append(c)
+        elif str(c) in measured:
+            lv = measured[str(c)]
+            launch.append(c)
+        else:
+            continue
+        queued = queued or queue_bound(c, cap)
+        parts.append("C=%d %s" % (c, _cell(lv, False, queue_bound(c, cap))))
+    if not parts:
+        return ["- Its figures: none measured"]
+    if smoke and launch:
+        source = "C=%s from the converged server's smoke benchmark, C=%s from its launch" % (
+            ",".join(str(c) for c in smoke), ",".join(str(c) for c in launch))
+    else:
+        source = "from the converged server's smoke benchmark" if smoke else "from its launch"
+    if cap is None:
+        capped = "running cap unknown (its launch did not say)"
+    else:
+        capped = "running cap %s%s" % (_cap_text(att, cap), ": q marks a level above it, where requests queue" if queued else "")
+    return ["- Its figures, per-request decode tok/s / aggregate output tok/s (%s): %s; %s" % (
+        source, ", ".join(parts), capped)]
+
+
+def _setting_lines(doc, levels, directory=None):
+    """What summary.md answers first: the setting to run (notation and SGLang flags), its figures
+    and the command that rolls it out."""
+    winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
+    if not winner.get("key"):
+        return ["**Setting to run: none yet** (no candidate has served and been benchmarked)"]
+    runs = [r for r in doc.get("runs") or [] if isinstance(r, dict)]
+    provisional = " (the best so far: the run has not finished)" if runs and runs[-1].get("state") != "finished" else ""
+    argv = setting_argv(winner.get("candidate"), winner.get("overrides"))
+    out = ["**Setting to run: %s**%s: `%s`" % (notation(winner), provisional, argv), ""]
+    out += _figure_lines(doc, levels)
+    where = shlex.quote(os.path.abspath(directory)) if directory else "<this results directory>"
+    out.append("- Roll it out: `ansible-playbook blackwell.sglang.rollout -i <inventory> -e mtp_tune_from=%s` "
+               "(`-e rollout_hosts=<group>` for one kind of node; `--check --diff` previews it)" % where)
+    return out
+
+
+def _lever_lines(doc):
+    """The winner's cap levers (not the fit search's): what they are and whether its greedy
+    outputs were checked against the unlevered server's."""
+    winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
+    fit_keys = ("cuda_graph_max_bs", "max_running_requests")
+    levers = [(k, v) for k, v in _set_levers(winner.get("overrides")) if k not in fit_keys]
+    if not levers:
+        return []
+    idx = winner_index(doc)
+    num = (doc["attempts"][idx].get("numerics") if idx is not None else None) or {}
+    checked = ""
+    if isinstance(num, dict) and num.get("checked"):
+        checked = "; greedy outputs checked: %s of %s differ" % (num.get("differ"), num.get("of"))
+    elif isinstance(num, dict) and num:
+        checked = "; greedy outputs not checked"
+    return ["- Cap levers: `%s` (set to raise the running cap; unset ones are SGLang's defaults)%s" % (
+        setting_argv({}, dict(levers)), checked)]
+
+
+def _notation_line(doc):
+    """The notation's key, naming only the lever suffixes the report uses."""
+    names = [notation(a) for a in doc.get("attempts") or []] + [notation(doc.get("winner") or {})]
+    used = ["+%s%s (%s)" % (tag, "" if key in FLAG_LEVERS else "<n>", flag) for key, tag, flag in LEVERS
+            if any(("+" + tag) in n for n in names)]
+    return "Candidates: s<steps>-k<topk>-d<draft tokens>%s." % (
+        ", then a suffix per lever that is set: " + ", ".join(used) if used else "")
+
+
+def render_summary(doc, directory=None):
+    """The operator's report: first the setting to run, its figures and how to roll it out; then
+    how it was chosen; then one row per attempt (candidate x concurrency), winner marked.
+    ``directory`` is where the report lies (for the rollout command)."""
     s = doc.get("settings") or {}
     levels = levels_of(doc)
     winner = doc.get("winner") or {}
     stats = doc.get("stats") or {}
     out = ["# MTP tuning: %s on %s" % (doc.get("run", "-"), doc.get("host", "-")), ""]
+    out += _setting_lines(doc, levels, directory)
+    out += ["", "## How it was chosen", ""]
     obj = s.get("objective", "-")
     judged = {"latency": "per-request decode tok/s at C=%s" % s.get("level"),
               "throughput": "aggregate output tok/s at C=%s" % s.get("level"),
@@ -496,8 +712,8 @@ def render_summary(doc):
         out.append("- **Winner: steps %s** (topk %s, %s draft tokens%s): %.1f at C=%s; %s" % (
             (winner.get("candidate") or {}).get("steps"), (winner.get("candidate") or {}).get("topk"),
             (winner.get("candidate") or {}).get("draft_tokens"),
-            "".join(", %s %s" % (k.replace("_", "-"), v) for k, v in sorted((winner.get("overrides") or {}).items())
-                    if v is not None),
+            "".join(", %s" % k.replace("_", "-") if k in FLAG_LEVERS else ", %s %s" % (k.replace("_", "-"), _value_text(v))
+                    for k, v in _set_levers(winner.get("overrides"))),
             sc.get("value") or 0.0, sc.get("level"), winner.get("decided_by", "")))
         if winner.get("margin") is not None:
             iv = winner.get("interval") or [None, None]
@@ -519,51 +735,57 @@ def render_summary(doc):
                        "above it queue, their figures include the wait"
                        % (mrr, fit["judged_floor"], fit.get("max_running_requests")))
         elif winner.get("overrides"):
-            out.append("- Fitted: %s (the largest setting that started; SGLang would use %s)" % (
-                ", ".join("%s %s" % (k.replace("_", "-"), v) for k, v in sorted(winner["overrides"].items()) if v is not None),
-                ", ".join("%s %s" % (k.replace("_", "-"), fit.get(k)) for k in sorted(winner["overrides"]) if fit.get(k))
-                or "its defaults"))
+            fitted = dict((k, v) for k, v in winner["overrides"].items() if k in ("cuda_graph_max_bs", "max_running_requests"))
+            if any(v is not None for v in fitted.values()):
+                out.append("- Fitted: %s (the largest setting that started; SGLang would use %s)" % (
+                    ", ".join("%s %s" % (k.replace("_", "-"), v) for k, v in sorted(fitted.items()) if v is not None),
+                    ", ".join("%s %s" % (k.replace("_", "-"), fit.get(k)) for k in sorted(fitted) if fit.get(k))
+                    or "its defaults"))
+        out += _lever_lines(doc)
     else:
         out.append("- Winner: none yet")
     conv = doc.get("converge") or {}
     if conv:
         out.append("- Converged: %s" % conv.get("summary", conv))
     out.append("")
-    out.append("Cells: per-request decode tok/s / aggregate output tok/s.")
+    out.append(_notation_line(doc))
+    out.append("Cells: per-request decode tok/s / aggregate output tok/s; cap: the running cap of the launch's server "
+               "(- where it did not say), with the pool that set it where its start log said (mamba: the hybrid "
+               "state pool, kv: the KV cache).")
     out.append("")
-    out.append("| steps (draft tokens) | " + " | ".join("C=%d" % c for c in levels) + " | launch | bench |")
-    out.append("|---|" + "---|" * len(levels) + "---|---|")
-    win_key = winner.get("key")
-    win_ov = winner.get("overrides") or {}
-    # the winner's row: its launch measured at the most levels (the one completing its table
-    # after a search at the judged level), the first of them
-    win_rows = [(len(att.get("metrics") or {}), -i) for i, att in enumerate(doc.get("attempts") or [])
-                if attempt_key(att) == win_key and att.get("status") == "ok" and (att.get("overrides") or {}) == win_ov]
-    win_index = -max(win_rows)[1] if win_rows else None
+    out.append("| candidate | cap | " + " | ".join("C=%d" % c for c in levels) + " | launch | bench |")
+    out.append("|---|---|" + "---|" * len(levels) + "---|---|")
+    win_index = winner_index(doc)
     matter = set(limited_cells_that_matter(doc))
+    queued = False
     for i, att in enumerate(doc.get("attempts") or []):
-        label = _label(att)
+        label = notation(att)
         if i == win_index:
             label = "**%s** (winner)" % label
         if str(att.get("reason") or "").startswith("levels "):
             label += " all levels"
         tm = att.get("timings") or {}
+        cap = running_cap(att)
         if att.get("status") == "ok":
             metrics = att.get("metrics") or {}
-            cells = [_cell(metrics.get(str(c)), (i, c) in matter) if str(c) in metrics else "-"
+            cells = [_cell(metrics.get(str(c)), (i, c) in matter, queue_bound(c, cap)) if str(c) in metrics else "-"
                      for c in levels]
+            queued = queued or any(queue_bound(c, cap) for c in levels if str(c) in metrics)
         elif att.get("status") == "skipped":
             cells = ["skipped: %s" % (att.get("reason") or "cannot win")] + [""] * (len(levels) - 1)
         else:
             cells = [_failure_text(att)] + [""] * (len(levels) - 1)
-        out.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), _duration(tm.get("launch_s")),
-                                              _duration(tm.get("bench_s"))))
+        out.append("| %s | %s | %s | %s | %s |" % (label, _cap_text(att, cap), " | ".join(cells),
+                                                   _duration(tm.get("launch_s")), _duration(tm.get("bench_s"))))
     conv = _converge_attempt(doc)
     if conv:
-        metrics = conv["metrics"]
-        out.append("| **%s** converged | %s | - | - |" % (
-            _label(conv) if conv.get("candidate") else conv.get("key"),
-            " | ".join(_cell(metrics[str(c)]) if str(c) in metrics else "-" for c in levels)))
+        metrics, cap = conv["metrics"], conv["running_cap"]
+        out.append("| **%s** converged | %s | %s | - | - |" % (
+            notation(conv), _cap_text(conv, cap),
+            " | ".join(_cell(metrics[str(c)], True, queue_bound(c, cap)) if str(c) in metrics else "-" for c in levels)))
+        queued = queued or any(queue_bound(c, cap) for c in levels if str(c) in metrics)
+    if queued:
+        out += ["", QUEUE_LEGEND]
     limited = sum(1 for a in doc.get("attempts") or [] if a.get("status") == "ok"
                   for lv in (a.get("metrics") or {}).values() if level_metrics(lv)["client_limited"])
     if matter:
@@ -587,14 +809,137 @@ def render_summary(doc):
     if fails:
         out += ["", "## Failures (journal tail)"]
         for att in fails:
-            out += ["", "### %s: %s" % (_label(att), att.get("failure_class")), "", "```"]
+            out += ["", "### %s: %s" % (notation(att), att.get("failure_class")), "", "```"]
             out += [str(x).replace("```", "'''") for x in (att.get("journal_tail") or [])[-12:]]
             out.append("```")
     return "\n".join(out) + "\n"
 
 
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def plot_series(doc):
+    """What plot.png draws, as data.
+
+    ``lines``: one per candidate (its notation, once, in the order first measured):
+    ``{"label", "winner", "steps", "cap", "levels", "decode", "aggregate", "queue_bound"}``; a
+    candidate measured more than once shows at each level the mean of its measurements, and the
+    winner's line takes in the converged server's smoke (the levels no launch of it measured).
+    ``depth``: the objective's figure against depth, ``{"figure", "title", "levels": {C: [(steps,
+    figure, queue_bound, label), ...]}}``, at each level the best candidate of each steps.
+    """
+    winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
+    win_name = notation(winner) if winner.get("key") else None
+    groups, order = {}, []
+    conv = _converge_attempt(doc)
+    rows = [a for a in doc.get("attempts") or [] if a.get("status") == "ok"] + ([conv] if conv else [])
+    for att in rows:
+        name = notation(att)
+        if name not in groups:
+            order.append(name)
+            steps = (att.get("candidate") or {}).get("steps")
+            groups[name] = {"steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
+                            "caps": [], "levels": {}}
+        group = groups[name]
+        cap = running_cap(att)
+        if cap is not None:
+            group["caps"].append(cap)
+        for c, lv in (att.get("metrics") or {}).items():
+            if str(c).isdigit():
+                group["levels"].setdefault(int(c), []).append(level_metrics(lv))
+    lines = []
+    for name in order:
+        group = groups[name]
+        cs = sorted(group["levels"])
+        if not cs:
+            continue
+        # the smallest cap any launch of it had: a level above it queued at least once
+        cap = min(group["caps"]) if group["caps"] else None
+        lines.append({"label": name, "winner": name == win_name, "steps": group["steps"], "cap": cap, "levels": cs,
+                      "decode": [_mean(m["decode_tps_mean"] for m in group["levels"][c]) for c in cs],
+                      "aggregate": [_mean(m["output_throughput"] for m in group["levels"][c]) for c in cs],
+                      "queue_bound": [queue_bound(c, cap) for c in cs]})
+    latency = (doc.get("settings") or {}).get("objective") == "latency"
+    figure = "decode" if latency else "aggregate"
+    best = {}
+    for line in lines:
+        if line["steps"] is None:
+            continue
+        for c, value, qb in zip(line["levels"], line[figure], line["queue_bound"]):
+            if value is None:
+                continue
+            have = best.setdefault(c, {}).get(line["steps"])
+            if have is None or value > have[1]:
+                best[c][line["steps"]] = (line["steps"], value, qb, line["label"])
+    return {"lines": lines,
+            "depth": {"figure": figure,
+                      "title": "best %s per depth" % ("per-request decode tok/s" if latency else "aggregate output tok/s"),
+                      "levels": dict((c, [by[k] for k in sorted(by)]) for c, by in sorted(best.items()))}}
+
+
+def _plot_points(ax, xs, ys, hollow, color, size):
+    """Markers of one line: filled, or hollow where the level is queue-bound (no legend entry)."""
+    for x, y, empty in zip(xs, ys, hollow):
+        if y is not None:
+            ax.plot([x], [y], linestyle="none", marker="o", markersize=size, color=color,
+                    markerfacecolor="none" if empty else color, label="_nolegend_")
+
+
+def plot_figure(doc):
+    """The matplotlib figure of plot.png: per-request and aggregate tok/s against concurrency (one
+    line per candidate, winner bold), and the objective's figure against depth (one line per level,
+    the best candidate of each steps); queue-bound points hollow. Raises ImportError without
+    matplotlib."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    series = plot_series(doc)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 4.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
+    for n, line in enumerate(series["lines"]):
+        color = colors[n % len(colors)]
+        width, size = (3.0, 6) if line["winner"] else (1.3, 4)
+        label = line["label"] + (" (winner)" if line["winner"] else "")
+        for ax, key in ((axes[0], "decode"), (axes[1], "aggregate")):
+            ys = [float("nan") if v is None else v for v in line[key]]
+            ax.plot(line["levels"], ys, color=color, linewidth=width, label=label)
+            _plot_points(ax, line["levels"], line[key], line["queue_bound"], color, size)
+    ticks = levels_of(doc)
+    for ax, title in ((axes[0], "per-request decode tok/s"), (axes[1], "aggregate output tok/s")):
+        ax.set_xscale("log", base=2)
+        if ticks:
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([str(c) for c in ticks])
+            ax.minorticks_off()
+        ax.set_xlabel("concurrency")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    if series["lines"]:
+        axes[1].legend(title="candidate", fontsize=8)
+    depth = series["depth"]
+    steps = set()
+    for n, (c, points) in enumerate(sorted(depth["levels"].items())):
+        color = colors[n % len(colors)]
+        xs = [p[0] for p in points]
+        steps.update(xs)
+        axes[2].plot(xs, [p[1] for p in points], color=color, linewidth=1.3, label="C=%d" % c)
+        _plot_points(axes[2], xs, [p[1] for p in points], [p[2] for p in points], color, 5)
+    if steps:
+        axes[2].set_xticks(sorted(steps))
+        axes[2].legend(title="level (hollow: queue-bound)", fontsize=8)
+    axes[2].set_xlabel("speculative steps")
+    axes[2].set_title(depth["title"])
+    axes[2].grid(True, alpha=0.3)
+    fig.suptitle("MTP tuning %s on %s: objective %s" % (doc.get("run", ""), doc.get("host", ""),
+                                                        (doc.get("settings") or {}).get("objective", "")))
+    fig.tight_layout()
+    return fig
+
+
 def render_png(doc, path):
-    """Plot tok/s vs concurrency (per-request and aggregate), one line per measured attempt.
+    """Draw plot.png (plot_figure).
 
     Returns None on success, or a warning string when matplotlib is missing or fails: the PNG is
     a convenience and never fails a run.
@@ -606,38 +951,7 @@ def render_png(doc, path):
     except Exception as exc:  # ImportError, or a broken backend
         return "PNG plot skipped: matplotlib is not importable on the controller (%s)" % exc
     try:
-        fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-        win = doc.get("winner") or {}
-        plotted = 0
-        for att in doc.get("attempts") or []:
-            if att.get("status") != "ok":
-                continue
-            metrics = att.get("metrics") or {}
-            cs = sorted((int(c) for c in metrics if str(c).isdigit()))
-            if not cs:
-                continue
-            ms = [level_metrics(metrics[str(c)]) for c in cs]
-            is_win = attempt_key(att) == win.get("key") and (att.get("overrides") or {}) == (win.get("overrides") or {})
-            style = {"linewidth": 3.0 if is_win else 1.3, "marker": "o", "markersize": 4}
-            label = _label(att) + (" (winner)" if is_win else "")
-            axes[0].plot(cs, [m["decode_tps_mean"] for m in ms], label=label, **style)
-            axes[1].plot(cs, [m["output_throughput"] for m in ms], label=label, **style)
-            plotted += 1
-        ticks = levels_of(doc)
-        for ax, title in ((axes[0], "per-request decode tok/s"), (axes[1], "aggregate output tok/s")):
-            ax.set_xscale("log", base=2)
-            if ticks:
-                ax.set_xticks(ticks)
-                ax.set_xticklabels([str(c) for c in ticks])
-                ax.minorticks_off()
-            ax.set_xlabel("concurrency")
-            ax.set_title(title)
-            ax.grid(True, alpha=0.3)
-        if plotted:
-            axes[1].legend(title="steps (draft tokens)", fontsize=8)
-        fig.suptitle("MTP tuning %s on %s: objective %s" % (doc.get("run", ""), doc.get("host", ""),
-                                                            (doc.get("settings") or {}).get("objective", "")))
-        fig.tight_layout()
+        fig = plot_figure(doc)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)
         plt.close(fig)
@@ -853,7 +1167,7 @@ def write(directory, doc, plot=True, compare=True, now=None):
             view["comparison"] = rows
     files, written, warnings = [], [], []
     for name, text in ((RESULTS_JSON, render_json(doc)), (RESULTS_CSV, render_csv(doc)),
-                       (SUMMARY_MD, render_summary(view))):
+                       (SUMMARY_MD, render_summary(view, directory))):
         path = os.path.join(directory, name)
         if _write_if_changed(path, text):
             written.append(path)

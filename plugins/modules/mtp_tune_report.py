@@ -17,8 +17,14 @@ description:
     Ansible controller. The work is done by the action plugin of the same name; nothing runs on
     the node.
   - O(op=write) writes C(results.json) (every attempt with settings, timings, metrics or failure),
-    C(results.csv) (one row per attempt and concurrency level), C(summary.md) (steps x concurrency,
-    winner marked) and C(plot.png) (tok/s vs concurrency, one line per setting). Each file is
+    C(results.csv) (one row per attempt and concurrency level, with the candidate's notation, its
+    running cap and whether the level is queue-bound), C(summary.md) (first the setting to run with
+    its SGLang flags, its figure at every measured level and the rollout command; then how it was
+    chosen; then candidate x concurrency with each candidate's running cap, levels above it marked
+    C(q), winner marked) and C(plot.png) (tok/s vs concurrency, one line per candidate, and the
+    figure against depth per level, queue-bound points hollow). Candidates are named
+    C(s<steps>-k<topk>-d<draft tokens>) with a suffix per lever that is set (C(+cgbs64), C(+mrr20),
+    C(+ratio4), C(+mms96), C(+replay)) in all three. Each file is
     written to a temporary file in the same directory and renamed over the old one, so a run that
     is interrupted at any point leaves complete files.
   - O(op=load) proves that the directory is writable (before any server is restarted) and reads an

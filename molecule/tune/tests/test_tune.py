@@ -90,10 +90,11 @@ def test_report_files(host):
     assert len(rows) == sum(2 if a["status"] == "ok" else 1 for a in attempts)
     with open(os.path.join(d, "summary.md")) as fh:
         md = fh.read()
-    assert "**4 (5)** (winner)" in md and "failed: oom_weights" in md
+    assert "**s4-k1-d5** (winner)" in md and "failed: oom_weights" in md
+    assert md.startswith("# MTP tuning: ") and "**Setting to run: s4-k1-d5" in md.splitlines()[2]
     fitted = max((a["overrides"] for a in attempts[4:] if a["status"] == "ok"),
                  key=lambda ov: int(ov["max_running_requests"]))
-    assert "10 (11) [graph bs %s, max req %s]" % (fitted["cuda_graph_max_bs"], fitted["max_running_requests"]) in md
+    assert "| s10-k1-d11+cgbs%s+mrr%s |" % (fitted["cuda_graph_max_bs"], fitted["max_running_requests"]) in md
     try:
         import matplotlib  # noqa: F401
     except ImportError:

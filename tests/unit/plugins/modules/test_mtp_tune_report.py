@@ -87,11 +87,11 @@ def test_csv_carries_confidence_intervals():
 
 def test_summary_is_the_operators_table_with_the_winner_marked():
     md = R.render_summary(dict(R.finalize(doc()), comparison=doc()["comparison"]))
-    assert "| steps (draft tokens) | C=1 | C=32 | launch | bench |" in md
-    assert "| **4 (5)** (winner) | 277 / 270 | 52 / 1750 |" in md
-    assert "| 3 (4) | 234 / 230 | 60 / 1979 |" in md
-    assert "| 10 (11) | failed: oom_kv_cache (`RuntimeError: Not enough memory. Please try...`) |" in md
-    assert "| 10 (11) [graph bs 64] | 240 / 235 | 30 / 900 |" in md
+    assert "| candidate | cap | C=1 | C=32 | launch | bench |" in md
+    assert "| **s4-k1-d5** (winner) | - | 277 / 270 | 52 / 1750 |" in md
+    assert "| s3-k1-d4 | - | 234 / 230 | 60 / 1979 |" in md
+    assert "| s10-k1-d11 | - | failed: oom_kv_cache (`RuntimeError: Not enough memory. Please try...`) |" in md
+    assert "| s10-k1-d11+cgbs64 | - | 240 / 235 | 30 / 900 |" in md
     assert "**Winner: steps 4**" in md and "beats the runner-up beyond noise" in md
     assert "Server launches: 4 (1 failed) over 3 candidates; wall time 7 min 30 s" in md
     assert "| b | adaptive | latency (C=1) | s4-k1-d5 | 3 | 10 min 00 s |" in md
@@ -156,11 +156,11 @@ def test_summary_without_winner_and_with_failed_requests():
     d["winner"] = None
     d["attempts"][0]["metrics"]["32"]["failed"] = 3
     md = R.render_summary(d)
-    assert "Winner: none yet" in md and "| 3 (4) | 234 / 230 | 3 failed |" in md
+    assert "Winner: none yet" in md and "| s3-k1-d4 | - | 234 / 230 | 3 failed |" in md
     assert "(c)" not in md
     d["attempts"][1]["metrics"]["1"]["client_limited"] = True
     md = R.render_summary(d)
-    assert "| 4 (5) | 277 / 270 (c) | 52 / 1750 |" in md and "(c): the benchmark client was close" in md
+    assert "| s4-k1-d5 | - | 277 / 270 (c) | 52 / 1750 |" in md and "(c): the benchmark client was close" in md
 
 
 def _limited(d, idx, c):
@@ -174,14 +174,14 @@ def test_limited_cells_are_marked_only_where_they_could_change_the_result():
     _limited(d, 1, 1)                   # the winner's own scored cell: a higher figure keeps it
     assert R.limited_cells_that_matter(d) == []
     md = R.render_summary(d)
-    table = md.split("| steps", 1)[1].split("\n\n", 1)[0]
+    table = md.split("| candidate |", 1)[1].split("\n\n", 1)[0]
     assert "| 52 / 1750 |" in table and "(c)" not in table
     assert "4 more cell(s) were client-limited where it cannot change the result" in md
     _limited(d, 0, 1)                   # a loser at the judged level: its true figure might win
     assert R.limited_cells_that_matter(d) == [(0, 1)]
     md = R.render_summary(d)
-    assert "| 3 (4) | 234 / 230 (c) | 60 / 1979 |" in md and "could change the result" in md
-    assert "| **4 (5)** (winner) | 277 / 270 | 52 / 1750 |" in md
+    assert "| s3-k1-d4 | - | 234 / 230 (c) | 60 / 1979 |" in md and "could change the result" in md
+    assert "| **s4-k1-d5** (winner) | - | 277 / 270 | 52 / 1750 |" in md
     assert "4 more cell(s)" in md
 
 
@@ -444,9 +444,9 @@ def test_summary_of_a_search_at_the_judged_level_marks_the_winners_full_row():
     ]
     md = R.render_summary(R.finalize(d))
     assert "Search benchmarked C=1 only (mtp_tune_search_levels=judged)" in md
-    assert "| 4 (5) | 277 / 270 | - |" in md
-    assert "| **4 (5)** (winner) all levels | 275 / 268 | 52 / 1750 |" in md
-    assert "| 3 (4) | 234 / 230 | - |" in md and md.count("(winner)") == 1
+    assert "| s4-k1-d5 | - | 277 / 270 | - |" in md
+    assert "| **s4-k1-d5** (winner) all levels | - | 275 / 268 | 52 / 1750 |" in md
+    assert "| s3-k1-d4 | - | 234 / 230 | - |" in md and md.count("(winner)") == 1
     # a search at every level says nothing about it
     d["settings"]["search_levels"] = [1, 32]
     assert "Search benchmarked" not in R.render_summary(R.finalize(d))
@@ -463,8 +463,8 @@ def test_the_converged_winners_levels_are_its_row_in_the_summary_and_the_csv():
                      "levels": {"1": level(1, 274.0, 269.0), "32": level(32, 51.0, 1730.0)}}
     md = R.render_summary(R.finalize(d))
     assert "the winner by the converged server's smoke benchmark (row marked \"converged\")" in md
-    assert "| **4 (5)** (winner) | 277 / 270 | - |" in md
-    assert "| **4 (5)** converged | 274 / 269 | 51 / 1730 | - | - |" in md
+    assert "| **s4-k1-d5** (winner) | - | 277 / 270 | - |" in md
+    assert "| **s4-k1-d5** converged | - | 274 / 269 | 51 / 1730 | - | - |" in md
     rows = list(csv.DictReader(io.StringIO(R.render_csv(R.finalize(d)))))
     conv = [r for r in rows if r["attempt"] == "converge"]
     assert [(r["key"], r["steps"], r["concurrency"], r["output_throughput"]) for r in conv] == [
@@ -512,3 +512,203 @@ def test_summary_names_the_end_probe_for_adaptive_only_and_a_cheaper_tie_it_woul
                                   "convex_rules_out": False}]
     line = [x for x in R.render_summary(R.finalize(d)).splitlines() if x.startswith("- Could still beat")]
     assert len(line) == 1 and "steps 2 (up to -1 %; it has fewer draft tokens, so a tie goes to it)" in line[0]
+
+
+# ---------------------------------------------------------------------------- what binds: levers, caps, queues
+
+LEVERED = {"mamba_full_memory_ratio": 4.0, "max_mamba_cache_size": None, "enable_linear_replayssm_spec": True}
+
+
+def levered_doc():
+    """A throughput run at C=32 over C=1,32,48 on a GDN hybrid: without a lever the state pool caps the
+    running requests (29 at steps 1, 14 at steps 8), so C=32 and C=48 queue; ReplaySSM and a larger
+    mamba share lift steps 8 to a cap of 40, above the judged level (C=48 still queues). The winner
+    was searched at C=32 only, launched again with its tie, and its other levels come from the
+    converged server's smoke."""
+    d = doc()
+    d["settings"].update(objective="throughput", level=32, concurrency=[1, 32, 48], search_levels=[32])
+    d["attempts"] = [
+        attempt(1, {1: (150.0, 148.0), 32: (40.0, 1160.0)}, running_cap=29),
+        attempt(8, {1: (260.0, 255.0), 32: (70.0, 980.0)}, running_cap=14,
+                pool={"hybrid": True, "max_running_requests": 14, "slots_per_request": 5, "capped_by": "mamba"}),
+        attempt(8, {32: (60.0, 1900.0)}, overrides=dict(LEVERED), running_cap=40, pool={"hybrid": True},
+                numerics={"checked": True, "differ": 0, "of": 16}),
+        # a record from before running_cap: the benchmark's server facts say the cap
+        attempt(4, {32: (55.0, 1500.0)}, overrides={"max_running_requests": 24, "cuda_graph_max_bs": 24},
+                server={"effective_max_running_requests": 24}),
+        attempt(8, {32: (62.0, 1880.0)}, overrides=dict(LEVERED), running_cap=40,
+                reason="levels C=32: s8-k1-d9, tied with the winner, measured again"),
+    ]
+    d["winner"] = {"key": "s8-k1-d9", "candidate": {"steps": 8, "topk": 1, "draft_tokens": 9},
+                   "overrides": dict(LEVERED), "score": {"value": 1890.0, "level": 32},
+                   "decided_by": "beats the runner-up beyond noise"}
+    d["converge"] = {"key": "s8-k1-d9", "at": "2026-12-02T16:00:00Z", "summary": "s8-k1-d9 restarted and ready",
+                     "verify": {"ok": True}, "levels": {"1": level(1, 250.0, 246.0), "32": level(32, 61.0, 1885.0),
+                                                        "48": level(48, 50.0, 1950.0)}}
+    return d
+
+
+def test_notation_names_depth_and_every_lever_once():
+    base = {"candidate": {"steps": 8, "topk": 1, "draft_tokens": 9}}
+    assert R.notation(base) == "s8-k1-d9"
+    assert R.notation(dict(base, overrides=LEVERED)) == "s8-k1-d9+ratio4+replay"
+    assert R.notation(dict(base, overrides={"enable_linear_replayssm_spec": "false", "max_mamba_cache_size": 96,
+                                            "mamba_full_memory_ratio": 0.5, "cuda_graph_max_bs": 64,
+                                            "max_running_requests": None})) == "s8-k1-d9+cgbs64+ratio0.5+mms96"
+    # a lever this report does not know still shows; a converge row without a candidate keeps its key
+    assert R.notation(dict(base, overrides={"some_new_knob": 3})) == "s8-k1-d9+some_new_knob=3"
+    assert R.notation({"key": "s2-k1-d3", "candidate": {}}) == "s2-k1-d3"
+    assert R.setting_argv(base["candidate"], dict(LEVERED, max_mamba_cache_size=96, cuda_graph_max_bs=64)) == (
+        "--speculative-num-steps 8 --speculative-eagle-topk 1 --speculative-num-draft-tokens 9 "
+        "--cuda-graph-max-bs-decode 64 --mamba-full-memory-ratio 4 --max-mamba-cache-size 96 "
+        "--enable-linear-replayssm-spec")
+
+
+def test_the_argv_spelling_is_the_pinned_releases():
+    """The report's flags are the ones the service role renders for the pinned release."""
+    import yaml
+    with open(os.path.join(ROOT, "roles", "service", "vars", "sglang_releases.yml")) as fh:
+        flags = yaml.safe_load(fh)["_sglang_service_releases"]["0.5.23"]
+    known = [(k, f) for k, _tag, f in R.LEVERS if k in flags]
+    assert ("cuda_graph_max_bs", "--cuda-graph-max-bs-decode") in known
+    for key, flag in known + [("speculative_num_steps", "--speculative-num-steps"),
+                              ("speculative_eagle_topk", "--speculative-eagle-topk"),
+                              ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")]:
+        assert flags[key] == flag, key
+    assert [f for _k, f in R.DEPTH_FLAGS] == [flags["speculative_num_steps"], flags["speculative_eagle_topk"],
+                                              flags["speculative_num_draft_tokens"]]
+
+
+def test_summary_first_lines_give_the_setting_its_figures_and_the_rollout(tmp_path):
+    out_dir = tmp_path / "run" / "node1"
+    R.write(str(out_dir), levered_doc(), plot=False, compare=False)
+    lines = (out_dir / "summary.md").read_text().splitlines()
+    assert lines[0] == "# MTP tuning: default on node1"
+    assert lines[2] == ("**Setting to run: s8-k1-d9+ratio4+replay**: `--speculative-num-steps 8 --speculative-eagle-topk 1 "
+                        "--speculative-num-draft-tokens 9 --mamba-full-memory-ratio 4 --enable-linear-replayssm-spec`")
+    # every level, from the converged smoke; C=48 is above the cap of 40
+    assert lines[4] == ("- Its figures, per-request decode tok/s / aggregate output tok/s (from the converged server's "
+                        "smoke benchmark): C=1 250 / 246, C=32 61 / 1885, C=48 50 / 1950 q; running cap 40: q marks a "
+                        "level above it, where requests queue")
+    assert lines[5].startswith("- Roll it out: `ansible-playbook blackwell.sglang.rollout -i <inventory> "
+                               "-e mtp_tune_from=%s`" % out_dir)
+    # the variable the command passes is the one the rollout playbook reads
+    with open(os.path.join(ROOT, "playbooks", "rollout.yml")) as fh:
+        assert "rollout_mtp_tune_from: \"{{ mtp_tune_from | default('') }}\"" in fh.read()
+    assert lines[7] == "## How it was chosen"
+    md = "\n".join(lines)
+    assert "- **Winner: steps 8** (topk 1, 9 draft tokens, mamba-full-memory-ratio 4, enable-linear-replayssm-spec): " \
+           "1890.0 at C=32" in md and "- Fitted:" not in md
+    assert "- Cap levers: `--mamba-full-memory-ratio 4 --enable-linear-replayssm-spec` (set to raise the running cap; " \
+           "unset ones are SGLang's defaults); greedy outputs checked: 0 of 16 differ" in md
+
+
+def test_summary_first_lines_without_converge_levels_and_without_winner():
+    d = levered_doc()
+    d["converge"].pop("levels")
+    lines = R.render_summary(R.finalize(d)).splitlines()
+    # the winner's row is its launch at most levels: the first levered launch, C=32 only
+    assert lines[4].startswith("- Its figures, per-request decode tok/s / aggregate output tok/s (from its launch): "
+                               "C=32 60 / 1900; running cap 40")
+    assert "-e mtp_tune_from=<this results directory>" in lines[5]
+    d["converge"]["levels"] = {"48": level(48, 50.0, 1950.0)}
+    line = R.render_summary(R.finalize(d)).splitlines()[4]
+    assert "(C=48 from the converged server's smoke benchmark, C=32 from its launch): C=32 60 / 1900, C=48 50 / 1950 q" \
+        in line
+    d["attempts"][2].pop("running_cap")
+    assert "running cap unknown" in R.render_summary(R.finalize(d)).splitlines()[4]
+    d["winner"] = None
+    assert R.render_summary(R.finalize(d)).splitlines()[2].startswith("**Setting to run: none yet**")
+    d = levered_doc()
+    d["runs"] = [{"id": "A", "started": "T0", "state": "running"}]
+    assert "(the best so far: the run has not finished)" in R.render_summary(R.finalize(d)).splitlines()[2]
+
+
+def test_table_shows_each_candidates_cap_and_marks_queue_bound_levels():
+    md = R.render_summary(R.finalize(levered_doc()))
+    assert "| candidate | cap | C=1 | C=32 | C=48 | launch | bench |" in md
+    assert "| s1-k1-d2 | 29 | 150 / 148 | 40 / 1160 q | - |" in md
+    assert "| s8-k1-d9 | 14 (mamba) | 260 / 255 | 70 / 980 q | - |" in md
+    assert "| **s8-k1-d9+ratio4+replay** (winner) | 40 | - | 60 / 1900 | - |" in md
+    assert "| s4-k1-d5+cgbs24+mrr24 | 24 | - | 55 / 1500 q | - |" in md  # the cap from server facts
+    assert "| s8-k1-d9+ratio4+replay all levels | 40 | - | 62 / 1880 | - |" in md
+    assert "| **s8-k1-d9+ratio4+replay** converged | 40 | 250 / 246 | 61 / 1885 | 50 / 1950 q | - | - |" in md
+    assert R.QUEUE_LEGEND in md and md.count("(winner)") == 1
+    assert "Candidates: s<steps>-k<topk>-d<draft tokens>, then a suffix per lever that is set: +cgbs<n> " \
+           "(--cuda-graph-max-bs-decode), +mrr<n> (--max-running-requests), +ratio<n> (--mamba-full-memory-ratio), " \
+           "+replay (--enable-linear-replayssm-spec)." in md
+    # an older record's cap field counts as well; without any cap nothing is queue-bound
+    d = levered_doc()
+    d["attempts"][0].pop("running_cap")
+    d["attempts"][0]["cap"] = 20
+    assert "| s1-k1-d2 | 20 | 150 / 148 | 40 / 1160 q | - |" in R.render_summary(R.finalize(d))
+    for att in d["attempts"]:
+        for k in ("running_cap", "cap", "server"):
+            att.pop(k, None)
+    md = R.render_summary(R.finalize(d))
+    assert " q |" not in md and R.QUEUE_LEGEND not in md
+
+
+def test_csv_has_the_notation_the_cap_and_queue_bound():
+    rows = list(csv.DictReader(io.StringIO(R.render_csv(R.finalize(levered_doc())))))
+    assert list(rows[0].keys()) == list(R.CSV_FIELDS)
+    got = [(r["attempt"], r["candidate"], r["concurrency"], r["running_cap"], r["queue_bound"]) for r in rows]
+    assert got == [
+        ("1", "s1-k1-d2", "1", "29", "false"), ("1", "s1-k1-d2", "32", "29", "true"),
+        ("2", "s8-k1-d9", "1", "14", "false"), ("2", "s8-k1-d9", "32", "14", "true"),
+        ("3", "s8-k1-d9+ratio4+replay", "32", "40", "false"),
+        ("4", "s4-k1-d5+cgbs24+mrr24", "32", "24", "true"),
+        ("5", "s8-k1-d9+ratio4+replay", "32", "40", "false"),
+        ("converge", "s8-k1-d9+ratio4+replay", "1", "40", "false"),
+        ("converge", "s8-k1-d9+ratio4+replay", "32", "40", "false"),
+        ("converge", "s8-k1-d9+ratio4+replay", "48", "40", "true")]
+    lev = rows[4]
+    assert (lev["mamba_full_memory_ratio"], lev["max_mamba_cache_size"], lev["enable_linear_replayssm_spec"]) == \
+        ("4", "", "true")
+    # the key column stays the candidate's key (the rollout and older readers match on it)
+    assert lev["key"] == "s8-k1-d9"
+
+
+def test_plot_series_one_line_per_candidate_with_the_converged_levels():
+    series = R.plot_series(R.finalize(levered_doc()))
+    labels = [ln["label"] for ln in series["lines"]]
+    assert len(labels) == len(set(labels))
+    assert labels == ["s1-k1-d2", "s8-k1-d9", "s8-k1-d9+ratio4+replay", "s4-k1-d5+cgbs24+mrr24"]
+    win = [ln for ln in series["lines"] if ln["winner"]]
+    assert len(win) == 1 and win[0]["label"] == "s8-k1-d9+ratio4+replay"
+    # two launches and the converged smoke at C=32, the smoke alone at C=1 and C=48
+    assert win[0]["levels"] == [1, 32, 48]
+    assert win[0]["aggregate"] == [246.0, pytest.approx((1900.0 + 1880.0 + 1885.0) / 3), 1950.0]
+    assert win[0]["queue_bound"] == [False, False, True]
+    depth = series["depth"]
+    assert depth["figure"] == "aggregate"
+    # at C=32 steps 8's best is the levered one; steps 4 and 1 are queue-bound
+    assert [(p[0], p[2], p[3]) for p in depth["levels"][32]] == [
+        (1, True, "s1-k1-d2"), (4, True, "s4-k1-d5+cgbs24+mrr24"), (8, False, "s8-k1-d9+ratio4+replay")]
+    assert [(p[0], p[2]) for p in depth["levels"][48]] == [(8, True)]
+
+
+def test_plot_draws_the_converged_row_and_names_each_candidate_once(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="matplotlib is optional on the controller; the PNG needs it")
+    from matplotlib.figure import Figure
+    drawn = []
+    real_savefig = Figure.savefig
+
+    def keep(fig, *args, **kwargs):  # the figure render_png saves, to read its lines and legends
+        drawn.append(fig)
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    assert R.render_png(R.finalize(levered_doc()), str(tmp_path / "plot.png")) is None
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    aggregate = drawn[0].axes[1]
+    legend = [t.get_text() for t in aggregate.get_legend().get_texts()]
+    assert len(legend) == len(set(legend)) == 4 and "s8-k1-d9+ratio4+replay (winner)" in legend
+    win = [ln for ln in aggregate.get_lines() if ln.get_label() == "s8-k1-d9+ratio4+replay (winner)"]
+    assert len(win) == 1 and list(win[0].get_xdata()) == [1, 32, 48]  # C=1 and C=48: the converged smoke
+    by_depth = drawn[0].axes[2]
+    assert [t.get_text() for t in by_depth.get_legend().get_texts()] == ["C=1", "C=32", "C=48"]
+    hollow = [(list(ln.get_xdata()), list(ln.get_ydata())) for ln in by_depth.get_lines()
+              if ln.get_markerfacecolor() == "none"]
+    assert ([1], [1160.0]) in hollow and ([8], [1950.0]) in hollow
+    assert ([8], [pytest.approx((1900.0 + 1880.0 + 1885.0) / 3)]) not in hollow
