@@ -120,6 +120,8 @@ MATRIX = [
                   "sglang_service_api_key": "te'st \"key\" #1: x\\y"}, id="everything"),
     pytest.param({"sglang_service_extra_args": ["--mamba-ssm-dtype", "bfloat16", "--reasoning-parser", "qwen3"]},
                  id="extra-args"),
+    pytest.param({"sglang_service_mamba_full_memory_ratio": 4, "sglang_service_max_mamba_cache_size": 96,
+                  "sglang_service_enable_linear_replayssm_spec": True}, id="cap-levers"),
 ]
 
 
@@ -154,6 +156,10 @@ def test_rendered_unit_parses_with_release(render, sglang_parser_for, tmp_path, 
         assert ns.speculative_algorithm is None
     if "sglang_service_cuda_graph_max_bs" in overrides:
         assert ns.cuda_graph_max_bs_decode == overrides["sglang_service_cuda_graph_max_bs"]
+    # The cap levers: the release's default (None, off) unless given.
+    assert ns.mamba_full_memory_ratio == overrides.get("sglang_service_mamba_full_memory_ratio")
+    assert ns.max_mamba_cache_size == overrides.get("sglang_service_max_mamba_cache_size")
+    assert ns.enable_linear_replayssm_spec is bool(overrides.get("sglang_service_enable_linear_replayssm_spec"))
     if "sglang_service_mem_fraction_static" in overrides:
         assert ns.mem_fraction_static == pytest.approx(overrides["sglang_service_mem_fraction_static"])
         assert ns.served_model_name == "qwen 3.5 (prod)"
