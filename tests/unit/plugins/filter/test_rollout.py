@@ -2,8 +2,10 @@
 failure budget and the fleet summary."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.blackwell.sglang.plugins.filter import rollout as f
 from ansible_collections.blackwell.sglang.plugins.filter import service as svc
@@ -447,8 +449,6 @@ def test_a_winner_with_a_bad_lever_is_refused(key, value, msg):
 def test_every_override_reaches_the_service_role_and_its_record():
     # roles/rollout/tasks/node.yml hands each override over as sglang_service_<key>; the service role
     # must know the variable and record the key, or a winner's lever is lost on the way to the node.
-    import yaml
-    from pathlib import Path
     role = Path(__file__).resolve().parents[4] / "roles" / "service"
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
     for key in f.OVERRIDE_KEYS:
