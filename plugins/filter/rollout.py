@@ -69,8 +69,13 @@ RUN_KEYS = ("run_id", "started", "finished", "serial", "summary_dir", "in_progre
 
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
              "speculative_num_draft_tokens")
-# Overrides a tuning winner may carry (the fit ladder's smaller CUDA graphs / fewer requests).
-OVERRIDE_KEYS = ("cuda_graph_max_bs", "max_running_requests")
+# Overrides a tuning winner may carry (the fit ladder's smaller CUDA graphs / fewer requests, and the
+# cap levers of a hybrid model's state pool); the service role records each of them on the node.
+OVERRIDE_KEYS = ("cuda_graph_max_bs", "max_running_requests", "mamba_full_memory_ratio", "max_mamba_cache_size",
+                 "enable_linear_replayssm_spec")
+# Overrides that are not whole numbers >= 1: a ratio > 0 and a store_true switch.
+_FLOAT_OVERRIDES = ("mamba_full_memory_ratio",)
+_BOOL_OVERRIDES = ("enable_linear_replayssm_spec",)
 
 _SETTINGS_LINE = re.compile(r"^#\s*sglang-settings:\s*(\{.*\})\s*$", re.M)
 # Flags of a hand-written unit (SGLang releases before and after the 0.5.23 renames).
@@ -87,7 +92,14 @@ _FLAG_KEYS = {
     "--max-running-requests": "max_running_requests",
     "--kv-cache-dtype": "kv_cache_dtype",
     "--mem-fraction-static": "mem_fraction_static",
+    "--mamba-full-memory-ratio": "mamba_full_memory_ratio",
+    "--max-mamba-cache-size": "max_mamba_cache_size",
+    "--enable-linear-replayssm-spec": "enable_linear_replayssm_spec",
 }
+# Bare switches (store_true): present = on, they take no value word.
+_SWITCH_KEYS = ("enable_linear_replayssm_spec",)
+# Flags whose value is a float in SGLang's parser.
+_FLOAT_KEYS = ("mamba_full_memory_ratio",)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -119,6 +131,32 @@ def _opt_num(value, what, low=0.0):
     if out is None or out < low:
         raise AnsibleFilterError("%s must be a number >= %s, got %r" % (what, low, value))
     return out
+
+
+def _override(key, value):
+    """One override of a tuning winner, checked and in the form the service role renders."""
+    if key in _BOOL_OVERRIDES:
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+            value = value.strip().lower() in ("true", "yes", "1")
+        if not isinstance(value, bool):
+            raise AnsibleFilterError("%s must be true or false, got %r" % (key, value))
+        return value
+    if key in _FLOAT_OVERRIDES:
+        out = _num(value)
+        if out is None or not out > 0:
+            raise AnsibleFilterError("%s must be a number > 0, got %r" % (key, value))
+        return float(out)
+    return _int(value, key, 1)
+
+
+def _same_override(key, current, wanted):
+    """Whether a unit's value of an override is the wanted one (off and unset are one setting)."""
+    if key in _BOOL_OVERRIDES:
+        return bool(current) == bool(wanted)
+    if isinstance(current, (int, float)) and isinstance(wanted, (int, float)) \
+            and not isinstance(current, bool) and not isinstance(wanted, bool):
+        return float(current) == float(wanted)
+    return current == wanted
 
 
 def _conc_key(value):
@@ -185,7 +223,7 @@ def rollout_requested(steps=None, topk=None, draft_tokens=None, tuned=None):
             "change it" % (steps + 1, draft))
     for key, value in overrides.items():
         if value is not None:
-            overrides[key] = _int(value, key, 1)
+            overrides[key] = _override(key, value)
     out = {
         "speculative_num_steps": steps,
         "speculative_eagle_topk": topk,
@@ -349,12 +387,16 @@ def rollout_unit_settings(text):
         word = words[i]
         flag, _eq, inline = word.partition("=")
         key = _FLAG_KEYS.get(flag)
-        if key:
+        if key in _SWITCH_KEYS:
+            out[key] = True
+        elif key:
             value = inline if _eq else (words[i + 1] if i + 1 < len(words) else None)
             if not _eq:
                 i += 1
             if value is not None and re.match(r"^[0-9]+$", value):
                 value = int(value)
+            elif value is not None and key in _FLOAT_KEYS and _num(value) is not None:
+                value = float(_num(value))
             out[key] = value
         i += 1
     if out.get("speculative_algorithm"):
@@ -376,7 +418,7 @@ def rollout_at_setting(current, requested):
         if current.get(key) != requested.get(key):
             return False
     for key, value in (requested.get("overrides") or {}).items():
-        if current.get(key) != value:
+        if not _same_override(key, current.get(key), value):
             return False
     return True
 

@@ -13,10 +13,12 @@ only joins the list.
 Settings (a dict; keys absent or None are not rendered, so SGLang's default applies)::
 
     model_path, served_model_name, tp_size, host, port, kv_cache_dtype, mem_fraction_static,
-    cuda_graph_max_bs, max_running_requests, context_length, attention_backend,
-    trust_remote_code (bool), config_file (path of the SGLang ``--config`` YAML that holds the
+    cuda_graph_max_bs, max_running_requests, mamba_full_memory_ratio, max_mamba_cache_size,
+    context_length, attention_backend, trust_remote_code (bool), enable_linear_replayssm_spec
+    (bool; the bare flag only when true), config_file (path of the SGLang ``--config`` YAML that holds the
     API key), speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
-    speculative_num_draft_tokens, speculative_draft_model_path, extra_args (list of str)
+    speculative_num_draft_tokens, speculative_draft_model_path, extra_args (list of str),
+    environment (dict; read by the checks only, never rendered here)
 
 The release map gives, per logical key, the flag spelling of one SGLang release, e.g.
 ``{"cuda_graph_max_bs": "--cuda-graph-max-bs-decode", "tp_size": "--tp-size", ...}``
@@ -59,6 +61,8 @@ VALUE_KEYS = (
     "mem_fraction_static",
     "cuda_graph_max_bs",
     "max_running_requests",
+    "mamba_full_memory_ratio",
+    "max_mamba_cache_size",
     "context_length",
     "attention_backend",
 )
@@ -69,7 +73,15 @@ SPEC_KEYS = (
     "speculative_num_draft_tokens",
     "speculative_draft_model_path",
 )
-BOOL_KEYS = ("trust_remote_code",)
+BOOL_KEYS = ("trust_remote_code", "enable_linear_replayssm_spec")
+# The hybrid state pool's cap levers (a tuning run may choose them, like the two overrides
+# above): the ratio of state memory to KV memory, the state slots outright, and ReplaySSM's
+# spec-verify, which drops the per-draft-token intermediate states from the pool. Not set =
+# SGLang's default (0.9, solved from memory, off).
+LEVER_KEYS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_replayssm_spec")
+# The release's spelling of the levers (0.5.23 and 0.5.19 alike), to find them in extra_args.
+LEVER_FLAGS = {"mamba_full_memory_ratio": "--mamba-full-memory-ratio", "max_mamba_cache_size": "--max-mamba-cache-size",
+               "enable_linear_replayssm_spec": "--enable-linear-replayssm-spec"}
 
 # Choices of SGLang 0.5.23 (srt/arg_groups/choices.py), checked before a unit is written so a typo
 # fails the play instead of crash-looping the server with an argparse error.
@@ -98,9 +110,14 @@ def _set(value):
     return value is not None and value != ""
 
 
-INT_KEYS = ("tp_size", "port", "cuda_graph_max_bs", "max_running_requests", "speculative_num_steps",
-            "speculative_eagle_topk", "speculative_num_draft_tokens")
-FLOAT_KEYS = ("mem_fraction_static",)
+INT_KEYS = ("tp_size", "port", "cuda_graph_max_bs", "max_running_requests", "max_mamba_cache_size",
+            "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+FLOAT_KEYS = ("mem_fraction_static", "mamba_full_memory_ratio")
+# Always rendered as a float, so a ratio given as 4 (YAML) and as 4.0 (a tuning run) is one unit
+# text: no restart for the same setting.
+FLOAT_ALWAYS = ("mamba_full_memory_ratio",)
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off", "")
 
 
 def normalize(settings):
@@ -121,13 +138,18 @@ def normalize(settings):
                 out[key] = float(value)
             except ValueError:
                 pass
+        elif key in FLOAT_ALWAYS and _is_int(value):
+            out[key] = float(value)
     ctx = out.get("context_length")
     if isinstance(ctx, str) and re.match(r"^\s*[0-9]+\s*$", ctx):
         out["context_length"] = int(ctx)
     for key in BOOL_KEYS:
         value = out.get(key)
         if isinstance(value, str):
-            out[key] = value.strip().lower() in ("1", "true", "yes", "on")
+            word = value.strip().lower()
+            if key in LEVER_KEYS and word not in _TRUE_WORDS + _FALSE_WORDS:
+                continue  # left as given, so the checks name it instead of reading it as false
+            out[key] = word in _TRUE_WORDS
     return out
 
 
@@ -212,6 +234,7 @@ def sglang_service_problems(settings):
         # SGLang's ConfigArgumentMerger refuses other suffixes; the unit has no working directory
         # worth relying on.
         problems.append("config_file must be an absolute path ending in .yaml or .yml, got %r" % (config_file,))
+    problems.extend(_lever_problems(settings, extra if words_ok else []))
 
     if not _set(settings.get("speculative_algorithm")):
         return problems
@@ -238,6 +261,114 @@ def sglang_service_problems(settings):
             problems.append("speculative_num_draft_tokens must be <= num_steps * eagle_topk + 1 = %d, got %d"
                             % (steps * topk + 1, draft))
     return problems
+
+
+def _extra_value(extra, flag):
+    """The value argparse would give ``flag`` from the argv words ``extra`` (the last one wins;
+    ``--flag value`` and ``--flag=value``), None when absent; True for a bare switch."""
+    found = None
+    words = [str(w) for w in extra]
+    for i, word in enumerate(words):
+        if word == flag:
+            found = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else True
+        elif word.startswith(flag + "="):
+            found = word[len(flag) + 1:]
+    return found
+
+
+def _var(key):
+    return "%s (sglang_service_%s)" % (key, key)
+
+
+def _lever_problems(settings, extra):
+    """The cap levers against SGLang 0.5.23's rules, those the role can know before a start.
+
+    ``mamba_full_memory_ratio``: the release has no range check (arg_groups/fields/schedule.py),
+    but kv_cache_configurator.py _handle_max_mamba_cache gives the state pool
+    budget * r / (1 + r), so r <= 0 leaves no state slot and the start dies with "Not enough GPU
+    memory for hybrid (mamba/linear-attention) state cache". ``max_mamba_cache_size`` <= 0 is
+    refused by the same function. ``enable_linear_replayssm_spec``: the preconditions of
+    arg_groups/attention_hook.py handle_linear_attn_backend (texts quoted), plus speculation
+    itself: without it the flag has no verify to replace, and _handle_max_mamba_cache sizes its
+    ring from an unset --max-running-requests (a TypeError at start).
+    """
+    problems = []
+    ratio = settings.get("mamba_full_memory_ratio")
+    if ratio is not None:
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio != ratio \
+                or ratio in (float("inf"), float("-inf")):
+            problems.append("%s must be a number > 0, got %r" % (_var("mamba_full_memory_ratio"), ratio))
+        elif ratio <= 0:
+            problems.append("%s must be > 0 (the state pool gets budget * r / (1 + r): %s leaves it no slot "
+                            "and SGLang fails at start), got %s" % (_var("mamba_full_memory_ratio"), ratio, ratio))
+    size = settings.get("max_mamba_cache_size")
+    if size is not None:
+        if not _is_int(size):
+            problems.append("%s must be an integer >= 1, got %r" % (_var("max_mamba_cache_size"), size))
+        elif size < 1:
+            problems.append("%s must be >= 1 (SGLang refuses an empty state pool at start), got %d"
+                            % (_var("max_mamba_cache_size"), size))
+    replay = settings.get("enable_linear_replayssm_spec")
+    if replay is not None and not isinstance(replay, bool):
+        problems.append("%s must be true, false or null, got %r" % (_var("enable_linear_replayssm_spec"), replay))
+        replay = None
+    for key in LEVER_KEYS:
+        if settings.get(key) is not None and _extra_value(extra, LEVER_FLAGS[key]) is not None:
+            problems.append("%s is set and sglang_service_extra_args holds %s too (the later word would win "
+                            "unseen by the record): remove it from sglang_service_extra_args"
+                            % (_var(key), LEVER_FLAGS[key]))
+    if replay:
+        problems.extend(_replayssm_problems(settings, extra))
+    return problems
+
+
+# arg_groups/attention_hook.py handle_linear_attn_backend (0.5.23): the decode backends the
+# spec-verify runs on, and the ragged verify modes it accepts (speculative/ragged_verify.py).
+REPLAYSSM_SPEC_DECODE = ("triton", "flashinfer")
+RAGGED_VERIFY_MODES = ("static", "cap-accept", "compact")
+
+
+def _replayssm_problems(settings, extra):
+    var = _var("enable_linear_replayssm_spec")
+    out = []
+    spec = sglang_service_spec(settings)
+    if not spec["enabled"]:
+        out.append("%s needs speculative decoding on (sglang_service_speculative_algorithm): it replaces the "
+                   "speculative verify's state snapshots, and without speculation SGLang sizes its ring from an "
+                   "unset --max-running-requests and fails at start" % var)
+        return out
+    topk = spec["speculative_eagle_topk"]
+    if topk not in (None, 1):
+        out.append("%s requires a linear draft chain (--speculative-eagle-topk in {None, 1}): set "
+                   "sglang_service_speculative_eagle_topk to 1, got %r" % (var, topk))
+    decode = _extra_value(extra, "--linear-attn-decode-backend")
+    inherited = _extra_value(extra, "--linear-attn-backend") or "triton"
+    if decode is None:
+        decode = "triton" if inherited == "flashkda" else inherited  # FlashKDA is prefill-only
+    if decode not in REPLAYSSM_SPEC_DECODE:
+        out.append("%s requires the triton or flashinfer linear-attn decode backend, got "
+                   "--linear-attn-decode-backend=%r in sglang_service_extra_args" % (var, decode))
+    env = settings.get("environment") if isinstance(settings.get("environment"), dict) else {}
+    mode = str(env.get("SGLANG_RAGGED_VERIFY_MODE", "static"))
+    if mode not in RAGGED_VERIFY_MODES:
+        out.append("%s: sglang_service_environment has SGLANG_RAGGED_VERIFY_MODE=%r, which SGLang refuses "
+                   "(expected one of %s)" % (var, mode, ", ".join(RAGGED_VERIFY_MODES)))
+    elif mode != "static":
+        verify = _extra_value(extra, "--linear-attn-verify-backend")
+        if verify is None and decode == "flashinfer":
+            verify = "flashinfer"
+        if spec["speculative_algorithm"] not in ("DSPARK", "DFLASH") or verify not in ("triton", "nv_cutedsl"):
+            out.append("%s with SGLANG_RAGGED_VERIFY_MODE=%s requires the KDA fold-every-commit family "
+                       "(DSPARK/DFLASH) and a ring-writing verify kernel (--linear-attn-verify-backend triton or "
+                       "nv_cutedsl); got algorithm=%r, verify=%r: use SGLANG_RAGGED_VERIFY_MODE=static"
+                       % (var, mode, spec["speculative_algorithm"], verify))
+    if _extra_value(extra, "--disaggregation-mode") == "prefill":
+        out.append("%s is not supported on a PD prefill server (--disaggregation-mode prefill in "
+                   "sglang_service_extra_args): the prefill server never runs spec verify" % var)
+    if _extra_value(extra, "--enable-linear-replayssm") is not None:
+        out.append("%s and --enable-linear-replayssm (in sglang_service_extra_args) are mutually exclusive: "
+                   "remove one" % var)
+    return out
 
 
 # systemd's longest unit name (UNIT_NAME_MAX, 256 with the NUL), and the longest unit this role names
@@ -374,6 +505,10 @@ def sglang_service_summary(settings):
     summary["max_running_requests"] = mrr
     summary["max_running_requests_effective"] = (
         mrr if mrr is not None else (SPEC_DEFAULT_MAX_RUNNING_REQUESTS if spec["enabled"] else None))
+    # Only when set: a unit without levers keeps the comment it had before they existed, so an
+    # upgrade of the collection restarts no server.
+    for key, value in _levers(settings).items():
+        summary[key] = value
     return json.dumps(summary, sort_keys=True, separators=(",", ":"))
 
 
@@ -384,7 +519,7 @@ RECORD_SCHEMA = 1
 # Everything else of the unit (model, tp, port, ...) is inventory, not a decision to remember.
 RECORD_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                "speculative_num_draft_tokens", "speculative_draft_model_path", "cuda_graph_max_bs",
-               "max_running_requests")
+               "max_running_requests") + LEVER_KEYS
 # One decision: steps, topk and draft tokens are only consistent together.
 _SPEC_TRIPLE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
@@ -434,6 +569,19 @@ def sglang_service_setting(given, record=None, defaults=None):
     return {"setting": setting, "sources": sources}
 
 
+def _levers(settings):
+    """The cap levers that are set, in the form SGLang runs them: the ratio a float, the switch
+    only when on (false and null render the same argv, so they are one setting)."""
+    out = {}
+    for key in LEVER_KEYS:
+        value = settings.get(key)
+        if key in BOOL_KEYS:
+            value = True if value is True else None
+        if value is not None:
+            out[key] = value
+    return out
+
+
 def _resolved(setting):
     """The record's form of a setting: speculative values as SGLang will run them."""
     setting = normalize(setting or {})
@@ -443,6 +591,8 @@ def _resolved(setting):
         out[key] = spec[key]
     if not spec["enabled"]:
         out["speculative_algorithm"] = None
+    for key in LEVER_KEYS:
+        out[key] = _levers(setting).get(key)
     return out
 
 
@@ -466,7 +616,10 @@ def sglang_service_record(setting, record=None, release=None, provenance=None, n
     if old_setting is not None and old_setting == new_setting:
         out = dict(old)
         out["schema"] = RECORD_SCHEMA
-        out["setting"] = new_setting
+        # A record written before the levers existed lacks them; unset, they stay absent, so a
+        # re-run rewrites nothing.
+        out["setting"] = dict((k, v) for k, v in new_setting.items()
+                              if not (k in LEVER_KEYS and v is None and k not in old["setting"]))
         out["release"] = release if release is not None else old.get("release")
         return {"record": out, "changed": out != old, "setting_changed": False}
     prov = dict((k, v) for k, v in (provenance or {}).items() if v not in (None, ""))

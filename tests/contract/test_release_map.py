@@ -15,7 +15,8 @@ LOGICAL = (
     "cuda_graph_max_bs max_running_requests context_length attention_backend "
     "speculative_algorithm speculative_num_steps speculative_eagle_topk "
     "speculative_num_draft_tokens speculative_draft_model_path enable_metrics "
-    "trust_remote_code disable_cuda_graph api_key config"
+    "trust_remote_code disable_cuda_graph api_key config "
+    "mamba_full_memory_ratio max_mamba_cache_size enable_linear_replayssm_spec"
 ).split()
 
 # The release field that holds each logical setting, where it is not the same name:
@@ -67,9 +68,11 @@ def test_rendered_style_command_line_parses(sglang_parse, version):
         "attention_backend": "flashinfer", "speculative_algorithm": "EAGLE",
         "speculative_num_steps": "3", "speculative_eagle_topk": "1",
         "speculative_num_draft_tokens": "4", "speculative_draft_model_path": "/models/d",
+        "mamba_full_memory_ratio": "4.0", "max_mamba_cache_size": "96",
     }
-    switches = ["enable_metrics", "trust_remote_code", "disable_cuda_graph"]
+    switches = ["enable_metrics", "trust_remote_code", "disable_cuda_graph", "enable_linear_replayssm_spec"]
     argv = [tok for k, v in values.items() for tok in (flags[k], v)] + [flags[s] for s in switches]
     ns = sglang_parse(argv, version)
     assert ns.cuda_graph_max_bs_decode == 64 and ns.tp_size == 4
     assert ns.enable_metrics and ns.trust_remote_code and ns.disable_cuda_graph
+    assert ns.mamba_full_memory_ratio == 4.0 and ns.max_mamba_cache_size == 96 and ns.enable_linear_replayssm_spec

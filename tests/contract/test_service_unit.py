@@ -120,6 +120,8 @@ MATRIX = [
                   "sglang_service_api_key": "te'st \"key\" #1: x\\y"}, id="everything"),
     pytest.param({"sglang_service_extra_args": ["--mamba-ssm-dtype", "bfloat16", "--reasoning-parser", "qwen3"]},
                  id="extra-args"),
+    pytest.param({"sglang_service_mamba_full_memory_ratio": 4, "sglang_service_max_mamba_cache_size": 96,
+                  "sglang_service_enable_linear_replayssm_spec": True}, id="cap-levers"),
 ]
 
 
@@ -129,7 +131,7 @@ def test_rendered_unit_parses_with_release(render, sglang_parser_for, tmp_path, 
     text = render(sglang_service_release=version, **overrides)
     argv = with_config_file(exec_argv(text), tmp_path, overrides.get("sglang_service_api_key", ""))
     try:
-        sglang_parser_for(version)  # skips when the release wheel cannot be fetched
+        parser = sglang_parser_for(version)  # skips when the release wheel cannot be fetched
         ns, _merged = sglang_release.parse_server_argv(argv, version)
     except sglang_release.ArgvRejected as exc:
         pytest.fail("sglang %s rejects the rendered ExecStart %r: %s" % (version, argv, exc))
@@ -154,6 +156,11 @@ def test_rendered_unit_parses_with_release(render, sglang_parser_for, tmp_path, 
         assert ns.speculative_algorithm is None
     if "sglang_service_cuda_graph_max_bs" in overrides:
         assert ns.cuda_graph_max_bs_decode == overrides["sglang_service_cuda_graph_max_bs"]
+    # The cap levers: the release's own default unless given (0.5.19 parses the ratio's 0.9, 0.5.23
+    # leaves it None and falls back to 0.9 later).
+    for lever in ("mamba_full_memory_ratio", "max_mamba_cache_size"):
+        assert getattr(ns, lever) == overrides.get("sglang_service_" + lever, parser.get_default(lever)), lever
+    assert ns.enable_linear_replayssm_spec is bool(overrides.get("sglang_service_enable_linear_replayssm_spec"))
     if "sglang_service_mem_fraction_static" in overrides:
         assert ns.mem_fraction_static == pytest.approx(overrides["sglang_service_mem_fraction_static"])
         assert ns.served_model_name == "qwen 3.5 (prod)"

@@ -2,8 +2,10 @@
 failure budget and the fleet summary."""
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.blackwell.sglang.plugins.filter import rollout as f
 from ansible_collections.blackwell.sglang.plugins.filter import service as svc
@@ -409,3 +411,94 @@ def test_failed_record_without_a_restore(stage, changed, active, serving):
     assert r["outcome"] == "failed" and r["serving"] == serving and "rollback" not in r
     tail = "no previous unit to roll back to" if changed else "the unit already had this setting, nothing to roll back to"
     assert r["reason"] == "why; " + tail
+
+
+# --------------------------------------------------------------------------- the cap levers
+
+LEVERS = {"mamba_full_memory_ratio": 4.0, "max_mamba_cache_size": 96, "enable_linear_replayssm_spec": True}
+LEVER_FLAGS = {"mamba_full_memory_ratio": "--mamba-full-memory-ratio", "max_mamba_cache_size": "--max-mamba-cache-size",
+               "enable_linear_replayssm_spec": "--enable-linear-replayssm-spec"}
+
+
+def test_a_tuned_winner_carries_the_cap_levers():
+    overrides = dict(LEVERS, max_running_requests=64)
+    tuned = f.rollout_tuned_setting([as_item(results_doc(winner_steps=5, overrides=overrides))])
+    got = f.rollout_requested(None, None, None, tuned=tuned)
+    assert got["overrides"] == overrides
+    assert isinstance(got["overrides"]["mamba_full_memory_ratio"], float)
+    assert got["overrides"]["enable_linear_replayssm_spec"] is True
+    assert got["label"] == ("steps=5 topk=1 draft=6 [max_running_requests=64, mamba_full_memory_ratio=4.0, "
+                            "max_mamba_cache_size=96, enable_linear_replayssm_spec=True]")
+
+
+@pytest.mark.parametrize("key,value,msg", [
+    ("mamba_full_memory_ratio", 0, "mamba_full_memory_ratio must be a number > 0, got 0"),
+    ("mamba_full_memory_ratio", "much", "mamba_full_memory_ratio must be a number > 0"),
+    ("mamba_full_memory_ratio", True, "mamba_full_memory_ratio must be a number > 0"),
+    ("max_mamba_cache_size", 0, "max_mamba_cache_size must be >= 1"),
+    ("max_mamba_cache_size", 2.5, "max_mamba_cache_size must be an integer"),
+    ("enable_linear_replayssm_spec", "maybe", "enable_linear_replayssm_spec must be true or false"),
+    ("enable_linear_replayssm_spec", 1, "enable_linear_replayssm_spec must be true or false"),
+])
+def test_a_winner_with_a_bad_lever_is_refused(key, value, msg):
+    tuned = {"steps": 3, "topk": 1, "draft_tokens": 4, "overrides": {key: value}}
+    with pytest.raises(Err, match=msg):
+        f.rollout_requested(None, None, None, tuned=tuned)
+
+
+def test_every_override_reaches_the_service_role_and_its_record():
+    # roles/rollout/tasks/node.yml hands each override over as sglang_service_<key>; the service role
+    # must know the variable and record the key, or a winner's lever is lost on the way to the node.
+    role = Path(__file__).resolve().parents[4] / "roles" / "service"
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    for key in f.OVERRIDE_KEYS:
+        assert "sglang_service_" + key in defaults, key
+        assert key in svc.RECORD_KEYS, key
+    node = (Path(__file__).resolve().parents[4] / "roles" / "rollout" / "tasks" / "node.yml").read_text()
+    assert '"sglang_service_{{ item.key }}": "{{ item.value }}"' in node
+
+
+def _rendered_unit(settings):
+    """A unit as the service role renders it: the settings comment and the ExecStart argv."""
+    flags = dict(LEVER_FLAGS, model_path="--model-path", tp_size="--tp-size", speculative_algorithm="--speculative-algorithm",
+                 speculative_num_steps="--speculative-num-steps", speculative_eagle_topk="--speculative-eagle-topk",
+                 speculative_num_draft_tokens="--speculative-num-draft-tokens", port="--port")
+    argv = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"] + svc.sglang_service_args(settings, flags)
+    return ("# Ansible managed\n# sglang-settings: %s\n[Service]\nExecStart=%s\n"
+            % (svc.sglang_service_summary(settings), svc.sglang_systemd_exec(argv)))
+
+
+def test_the_levers_read_back_from_a_rendered_unit():
+    settings = dict({"model_path": "/m", "tp_size": 4, "port": 30000, "speculative_algorithm": "NEXTN",
+                     "speculative_num_steps": 3}, **LEVERS)
+    unit = _rendered_unit(settings)
+    assert "--mamba-full-memory-ratio 4.0 --max-mamba-cache-size 96" in unit
+    assert unit.rstrip().endswith("--enable-linear-replayssm-spec")
+    from_comment = f.rollout_unit_settings(unit)
+    no_comment = "\n".join(line for line in unit.splitlines() if "sglang-settings" not in line)
+    from_flags = f.rollout_unit_settings(no_comment)
+    assert (from_comment["read_from"], from_flags["read_from"]) == ("settings_comment", "exec_start")
+    for got in (from_comment, from_flags):
+        assert dict((k, got.get(k)) for k in LEVERS) == LEVERS, got
+        assert got["speculative_num_steps"] == 3 and got["speculative_num_draft_tokens"] == 4
+        req = f.rollout_requested(None, None, None, tuned={"steps": 3, "topk": 1, "draft_tokens": 4,
+                                                           "overrides": dict(LEVERS)})
+        assert f.rollout_at_setting(got, req)
+        req["overrides"] = dict(LEVERS, mamba_full_memory_ratio=2.0)
+        assert not f.rollout_at_setting(got, req)
+    # without levers: none read back, and "off" is what a winner with ReplaySSM false asks for
+    plain = f.rollout_unit_settings(_rendered_unit(dict(settings, **dict((k, None) for k in LEVERS))))
+    assert not [k for k in LEVERS if plain.get(k) is not None]
+    off = f.rollout_requested(None, None, None, tuned={"steps": 3, "topk": 1, "draft_tokens": 4,
+                                                       "overrides": {"enable_linear_replayssm_spec": False}})
+    assert f.rollout_at_setting(plain, off) and not f.rollout_at_setting(from_comment, off)
+
+
+def test_a_hand_written_unit_with_the_levers_in_any_order():
+    unit = ("[Service]\nExecStart=/v/bin/python -m sglang.launch_server --enable-linear-replayssm-spec \\\n"
+            "  --speculative-algorithm NEXTN --speculative-num-steps 2 --mamba-full-memory-ratio=1.5 "
+            "--max-mamba-cache-size 40\n")
+    got = f.rollout_unit_settings(unit)
+    assert got["enable_linear_replayssm_spec"] is True  # the bare switch takes no value word
+    assert got["speculative_algorithm"] == "NEXTN" and got["speculative_num_steps"] == 2
+    assert got["mamba_full_memory_ratio"] == 1.5 and got["max_mamba_cache_size"] == 40

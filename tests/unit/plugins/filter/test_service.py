@@ -451,3 +451,250 @@ def test_the_name_is_checked_before_the_role_reads_or_makes_anything():
     # first in the role's preflight, and in the entry point other roles include before they change anything
     for entry in ("preflight.yml", "names.yml"):
         assert yaml.safe_load((roles / entry).read_text())[0].get("ansible.builtin.import_tasks") == "checks.yml"
+
+
+# --------------------------------------------------------------------------- the cap levers
+
+LEVERS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_replayssm_spec")
+LEVER_FLAGS = dict(FLAGS, mamba_full_memory_ratio="--mamba-full-memory-ratio",
+                   max_mamba_cache_size="--max-mamba-cache-size",
+                   enable_linear_replayssm_spec="--enable-linear-replayssm-spec")
+
+
+def test_levers_render_as_the_release_spells_them():
+    argv = f.sglang_service_args(base(mamba_full_memory_ratio=4.0, max_mamba_cache_size=96,
+                                      enable_linear_replayssm_spec=True), LEVER_FLAGS)
+    got = pairs(argv)
+    assert got["--mamba-full-memory-ratio"] == "4.0"
+    assert got["--max-mamba-cache-size"] == "96"
+    assert got["--enable-linear-replayssm-spec"] is True  # a bare store_true flag
+    assert argv.count("--enable-linear-replayssm-spec") == 1
+
+
+@pytest.mark.parametrize("over", [
+    {},
+    {"enable_linear_replayssm_spec": False},
+    {"enable_linear_replayssm_spec": "false"},
+    {"mamba_full_memory_ratio": None, "max_mamba_cache_size": None, "enable_linear_replayssm_spec": None},
+])
+def test_unset_or_false_levers_are_not_rendered(over):
+    argv = f.sglang_service_args(base(**over), LEVER_FLAGS)
+    assert not [w for w in argv if "mamba" in w or "replayssm" in w]
+    # and a release map without the levers still renders such a unit
+    assert f.sglang_service_args(base(**over), FLAGS) == argv
+
+
+def test_lever_spellings_from_extra_vars_and_yaml_give_one_unit():
+    # -e ...=4 (a string), YAML 4 (an int) and a tuning run's 4.0 are the same setting: one argv
+    ways = [base(mamba_full_memory_ratio=r, max_mamba_cache_size=m, enable_linear_replayssm_spec=b)
+            for r, m, b in ((4, 96, True), ("4", "96", "true"), (4.0, 96, "yes"), ("4.0", " 96 ", True))]
+    argvs = [f.sglang_service_args(w, LEVER_FLAGS) for w in ways]
+    assert all(a == argvs[0] for a in argvs)
+    assert pairs(argvs[0])["--mamba-full-memory-ratio"] == "4.0"
+
+
+def test_a_lever_the_release_map_lacks_is_a_clear_error():
+    with pytest.raises(f.AnsibleFilterError, match="no entry for 'max_mamba_cache_size'"):
+        f.sglang_service_args(base(max_mamba_cache_size=96), FLAGS)
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"mamba_full_memory_ratio": 0}, "mamba_full_memory_ratio (sglang_service_mamba_full_memory_ratio) must be > 0"),
+    ({"mamba_full_memory_ratio": -1.5}, "sglang_service_mamba_full_memory_ratio) must be > 0"),
+    ({"mamba_full_memory_ratio": "lots"}, "sglang_service_mamba_full_memory_ratio) must be a number > 0, got 'lots'"),
+    ({"mamba_full_memory_ratio": True}, "sglang_service_mamba_full_memory_ratio) must be a number > 0, got True"),
+    ({"mamba_full_memory_ratio": "nan"}, "sglang_service_mamba_full_memory_ratio) must be a number > 0"),
+    ({"max_mamba_cache_size": 0}, "max_mamba_cache_size (sglang_service_max_mamba_cache_size) must be >= 1"),
+    ({"max_mamba_cache_size": "-3"}, "sglang_service_max_mamba_cache_size) must be >= 1"),
+    ({"max_mamba_cache_size": 2.5}, "sglang_service_max_mamba_cache_size) must be an integer >= 1, got 2.5"),
+    ({"enable_linear_replayssm_spec": "maybe"},
+     "sglang_service_enable_linear_replayssm_spec) must be true, false or null, got 'maybe'"),
+    ({"max_mamba_cache_size": 96, "extra_args": ["--max-mamba-cache-size", "64"]},
+     "sglang_service_max_mamba_cache_size) is set and sglang_service_extra_args holds --max-mamba-cache-size"),
+    ({"mamba_full_memory_ratio": 2.0, "extra_args": ["--mamba-full-memory-ratio=3"]},
+     "sglang_service_extra_args holds --mamba-full-memory-ratio too"),
+    ({"enable_linear_replayssm_spec": True, "extra_args": ["--enable-linear-replayssm-spec"]},
+     "sglang_service_extra_args holds --enable-linear-replayssm-spec too"),
+    ({"enable_linear_replayssm_spec": True, "speculative_algorithm": ""},
+     "sglang_service_enable_linear_replayssm_spec) needs speculative decoding on"),
+    ({"enable_linear_replayssm_spec": True, "speculative_algorithm": "EAGLE", "speculative_eagle_topk": 4,
+      "speculative_num_draft_tokens": 8}, "requires a linear draft chain (--speculative-eagle-topk in {None, 1})"),
+    ({"enable_linear_replayssm_spec": True, "extra_args": ["--linear-attn-decode-backend", "cutedsl"]},
+     "requires the triton or flashinfer linear-attn decode backend, got --linear-attn-decode-backend='cutedsl'"),
+    ({"enable_linear_replayssm_spec": True, "extra_args": ["--linear-attn-backend=helion"]},
+     "got --linear-attn-decode-backend='helion'"),
+    ({"enable_linear_replayssm_spec": True, "extra_args": ["--enable-linear-replayssm"]},
+     "and --enable-linear-replayssm (in sglang_service_extra_args) are mutually exclusive"),
+    ({"enable_linear_replayssm_spec": True, "extra_args": ["--disaggregation-mode", "prefill"]},
+     "is not supported on a PD prefill server"),
+    ({"enable_linear_replayssm_spec": True, "environment": {"SGLANG_RAGGED_VERIFY_MODE": "compact"}},
+     "with SGLANG_RAGGED_VERIFY_MODE=compact requires the KDA fold-every-commit family"),
+    ({"enable_linear_replayssm_spec": True, "environment": {"SGLANG_RAGGED_VERIFY_MODE": "fast"}},
+     "SGLANG_RAGGED_VERIFY_MODE='fast', which SGLang refuses"),
+])
+def test_lever_problems_name_the_variable_and_the_fix(over, needle):
+    problems = f.sglang_service_problems(base(**over))
+    assert any(needle in p for p in problems), problems
+    with pytest.raises(f.AnsibleFilterError, match="invalid settings"):
+        f.sglang_service_args(base(**over), LEVER_FLAGS)
+
+
+@pytest.mark.parametrize("over", [
+    {"mamba_full_memory_ratio": 0.05},
+    {"mamba_full_memory_ratio": "12"},
+    {"max_mamba_cache_size": 1},
+    {"enable_linear_replayssm_spec": True},
+    {"enable_linear_replayssm_spec": True, "speculative_num_steps": None, "speculative_eagle_topk": None},
+    {"enable_linear_replayssm_spec": True, "extra_args": ["--linear-attn-decode-backend", "flashinfer"]},
+    # FlashKDA inherited from the base backend falls back to triton for decode
+    {"enable_linear_replayssm_spec": True, "extra_args": ["--linear-attn-backend", "flashkda"]},
+    {"enable_linear_replayssm_spec": True, "environment": {"SGLANG_RAGGED_VERIFY_MODE": "static"}},
+    {"enable_linear_replayssm_spec": True, "extra_args": ["--disaggregation-mode", "decode"]},
+    # the switches of the checks only matter with ReplaySSM on
+    {"enable_linear_replayssm_spec": False, "extra_args": ["--enable-linear-replayssm"]},
+    # a lever in extra_args alone is the operator's own word, as before the variables existed
+    {"extra_args": ["--max-mamba-cache-size", "64", "--enable-linear-replayssm-spec"]},
+])
+def test_valid_levers_have_no_problems(over):
+    assert f.sglang_service_problems(base(**over)) == []
+
+
+# What the release's hook refuses (the sim's port of arg_groups/attention_hook.py
+# handle_linear_attn_backend, checked against the wheel by tests/contract/test_sim_replayssm_contract.py)
+# the role refuses before a start, and nothing else.
+HOOK_CASES = [
+    ({}, {}, False),
+    ({"speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8}, {}, True),
+    ({}, {"linear_attn_decode_backend": "cutedsl"}, True),
+    ({}, {"linear_attn_decode_backend": "flashinfer"}, False),
+    ({}, {"linear_attn_backend": "flashkda"}, False),
+    ({}, {"linear_attn_backend": "helion"}, True),
+    ({}, {"enable_linear_replayssm": True}, True),
+    ({}, {"_env": "compact"}, True),
+    ({}, {"_env": "cap-accept"}, True),
+    ({}, {"_env": "nonsense"}, True),
+    ({}, {"_disagg": "prefill"}, True),
+    ({}, {"_disagg": "decode"}, False),
+]
+
+
+@pytest.mark.parametrize("over,hook,refused", HOOK_CASES)
+def test_replayssm_checks_match_the_release_hook(over, hook, refused):
+    from sglang_sim import server_args as sim_args
+
+    extra, env = [], {}
+    for key, value in hook.items():
+        if key == "_env":
+            env["SGLANG_RAGGED_VERIFY_MODE"] = value
+        elif key == "_disagg":
+            extra += ["--disaggregation-mode", value]
+        elif value is True:
+            extra.append("--" + key.replace("_", "-"))
+        else:
+            extra += ["--" + key.replace("_", "-"), value]
+    settings = base(enable_linear_replayssm_spec=True, extra_args=extra, environment=env, **over)
+    ours = f.sglang_service_problems(settings)
+    spec = f.sglang_service_spec(settings)
+    a = {"enable_linear_replayssm_spec": True, "speculative_eagle_topk": spec["speculative_eagle_topk"],
+         "speculative_algorithm": spec["speculative_algorithm"], "mamba_ssm_dtype": None}
+    a.update((k, v) for k, v in hook.items() if not k.startswith("_"))
+    try:
+        sim_args.handle_linear_attn_backend(a, hook.get("_disagg", "null"), None, env)
+        theirs = None
+    except sim_args.ArgsError as exc:
+        theirs = exc
+    assert (theirs is not None) == refused, theirs
+    assert bool(ours) == refused, ours
+
+
+def test_levers_in_the_summary_only_when_set():
+    plain = json.loads(f.sglang_service_summary(base()))
+    assert not set(plain) & set(LEVERS)  # a unit without levers keeps its comment byte for byte
+    off = json.loads(f.sglang_service_summary(base(enable_linear_replayssm_spec=False)))
+    assert off == plain
+    on = json.loads(f.sglang_service_summary(base(mamba_full_memory_ratio=4, max_mamba_cache_size="96",
+                                                  enable_linear_replayssm_spec=True)))
+    assert (on["mamba_full_memory_ratio"], on["max_mamba_cache_size"], on["enable_linear_replayssm_spec"]) == \
+        (4.0, 96, True)
+
+
+def test_levers_are_record_keys():
+    assert set(LEVERS) <= set(f.RECORD_KEYS)
+
+
+RECORD_SCHEMA_BEFORE_LEVERS = {"schema": 1, "release": "0.5.23", "setting": dict(TUNED["setting"]),
+                               "provenance": dict(TUNED["provenance"])}
+
+
+def test_a_record_from_before_the_levers_is_kept_byte_for_byte():
+    # the setting read from such a record, served again: nothing to rewrite, nothing to restart
+    chosen = f.sglang_service_setting(given(), RECORD_SCHEMA_BEFORE_LEVERS, DEFAULTS)["setting"]
+    assert all(chosen[k] is None for k in LEVERS)
+    out = f.sglang_service_record(base(**chosen), RECORD_SCHEMA_BEFORE_LEVERS, "0.5.23", {"by": "service"}, "t")
+    assert not out["changed"] and out["record"] == RECORD_SCHEMA_BEFORE_LEVERS
+
+
+def test_lever_sequence_render_keep_by_record_then_change():
+    """Run 1 gives the levers; run 2 restates nothing and keeps them from the record (same unit,
+    record untouched); run 3 gives another ratio: a new unit and a new record."""
+    defaults = dict(DEFAULTS, **dict((k, None) for k in LEVERS))
+    not_given = dict((k, None) for k in defaults)
+
+    def run(given_now, record):
+        chosen = f.sglang_service_setting(given_now, record, defaults)
+        settings = base(**chosen["setting"])
+        argv = f.sglang_service_args(settings, LEVER_FLAGS)
+        return chosen, argv, f.sglang_service_record(settings, record, "0.5.23", {"by": "service"}, "t")
+
+    first_given = dict(not_given, mamba_full_memory_ratio="4", max_mamba_cache_size=96,
+                       enable_linear_replayssm_spec=True)
+    chosen1, argv1, rec1 = run(first_given, RECORD_SCHEMA_BEFORE_LEVERS)
+    assert chosen1["sources"]["mamba_full_memory_ratio"] == "variable"
+    assert rec1["setting_changed"]
+    assert dict((k, rec1["record"]["setting"][k]) for k in LEVERS) == {
+        "mamba_full_memory_ratio": 4.0, "max_mamba_cache_size": 96, "enable_linear_replayssm_spec": True}
+    got = pairs(argv1)
+    assert got["--mamba-full-memory-ratio"] == "4.0" and got["--max-mamba-cache-size"] == "96"
+    assert got["--enable-linear-replayssm-spec"] is True
+
+    chosen2, argv2, rec2 = run(not_given, rec1["record"])
+    assert dict((k, chosen2["sources"][k]) for k in LEVERS) == dict((k, "node") for k in LEVERS)
+    assert argv2 == argv1  # same unit: no restart
+    assert not rec2["changed"] and rec2["record"] == rec1["record"]
+
+    # a spelling of the same value is the same setting too
+    _c, argv2b, rec2b = run(dict(not_given, mamba_full_memory_ratio=4), rec1["record"])
+    assert argv2b == argv1 and not rec2b["setting_changed"]
+
+    chosen3, argv3, rec3 = run(dict(not_given, mamba_full_memory_ratio=2.5), rec1["record"])
+    assert pairs(argv3)["--mamba-full-memory-ratio"] == "2.5"
+    assert pairs(argv3)["--max-mamba-cache-size"] == "96"  # the other levers stay as recorded
+    assert rec3["setting_changed"] and rec3["record"]["setting"]["mamba_full_memory_ratio"] == 2.5
+    assert rec3["record"]["previous"]["setting"]["mamba_full_memory_ratio"] == 4.0
+
+    # ReplaySSM given false turns a recorded true off; the record says "not set", as the unit does
+    _c, argv4, rec4 = run(dict(not_given, enable_linear_replayssm_spec=False), rec3["record"])
+    assert "--enable-linear-replayssm-spec" not in argv4
+    assert rec4["setting_changed"] and rec4["record"]["setting"]["enable_linear_replayssm_spec"] is None
+    _c, argv5, rec5 = run(not_given, rec4["record"])
+    assert argv5 == argv4 and not rec5["changed"]
+
+
+def test_role_wires_every_record_key_to_its_variable():
+    role = ROOT / "roles" / "service"
+    variables = yaml.safe_load((role / "vars" / "main.yml").read_text())
+    defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    releases = yaml.safe_load(RELEASES.read_text())["_sglang_service_releases"]
+    for key in LEVERS:
+        var = "sglang_service_" + key
+        assert defaults[var] is None and specs[var]["default"] is None, key
+        assert key in variables["_sglang_service_builtin_setting"], key
+        assert variables["_sglang_service_given_setting"][key] == "{{ %s }}" % var
+        assert variables["_sglang_service_settings"][key] == "{{ _sglang_service_setting.%s }}" % key
+        for version, flags in releases.items():
+            assert flags[key] == LEVER_FLAGS[key], version
+    assert specs["sglang_service_mamba_full_memory_ratio"]["type"] == "float"
+    assert specs["sglang_service_max_mamba_cache_size"]["type"] == "int"
+    assert specs["sglang_service_enable_linear_replayssm_spec"]["type"] == "bool"
+    assert variables["_sglang_service_settings"]["environment"] == "{{ sglang_service_environment }}"
