@@ -239,7 +239,7 @@ def main():
             api_key=dict(type="str", no_log=True),
             num_prompts=dict(type="int", default=8),
             prompts=dict(type="list", elements="raw"),
-            max_new_tokens=dict(type="int", default=32),
+            max_new_tokens=dict(type="int", default=32, no_log=False),
             timeout=dict(type="float", default=120.0),
         ),
         supports_check_mode=True,
