@@ -103,9 +103,11 @@ class Request(object):
         self.rng = random.Random("%s/%s" % (seed, rid))
         # Without ignore_eos the fake model ends its answer at a drawn length.
         self.natural_len = None if ignore_eos else self.rng.randint(24, 480)
-        # sampler.py Sampler.forward: an all-greedy batch takes torch.argmax of the logits, and
-        # a speculative verify of greedy requests accepts only drafts equal to that argmax, so
-        # the output depends on the context alone, never on the draft depth or the batch.
+        # layers/sampler.py Sampler.forward: an all-greedy batch takes torch.argmax of the logits,
+        # and speculative/eagle_utils.py eagle_sample (verify_tree_greedy) accepts only drafts equal
+        # to the target's argmax, so the output depends on the context alone, not on the draft
+        # depth or the batch. (In exact arithmetic: on a GPU, other batch/verify shapes can flip a
+        # near tie; see sim/README.md, known differences.)
         self.greedy = not temperature
         self.gstate = None
         self.drift_at = None
