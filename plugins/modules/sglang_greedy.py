@@ -26,7 +26,8 @@ description:
   - Works against any server with SGLang's C(/generate). A server whose answer has no C(output_ids) gets
     RV(outputs[].output_ids=null); its outputs are then compared by text (RV(digest_of=text)).
   - Any error (no connection, an HTTP error, an answer that is not C(/generate)'s) fails the task with a message
-    naming the prompt and the cause; nothing is retried.
+    naming the prompt and the cause, and returns no RV(outputs) (only how many prompts were answered before,
+    C(answered)); nothing is retried.
   - Never changes anything on the node, so it always reports RV(ignore:changed=false).
 options:
   url:
@@ -271,7 +272,8 @@ def main():
         module.fail_json(msg="sglang_greedy failed unexpectedly (%s: %s); please report it with the exception "
                              "shown by -vvv" % (type(exc).__name__, exc), exception=traceback.format_exc())
     if error is not None:
-        module.fail_json(msg="sglang_greedy at %s: %s" % (p["url"], error), outputs=outputs)
+        # no `outputs` on failure: a caller that ignores the error must not take a partial answer for one
+        module.fail_json(msg="sglang_greedy at %s: %s" % (p["url"], error), answered=len(outputs))
     digest, digest_of = _digest(outputs)
     module.exit_json(changed=False, outputs=outputs, digest=digest, digest_of=digest_of,
                      max_new_tokens=p["max_new_tokens"], prompt_source=source)

@@ -132,6 +132,7 @@ def test_against_an_independent_server():
     assert [o["output_ids"] for o in one["outputs"]] == [list(range(6))] * 4
     assert all(e["path"] == "/generate" and e["max_tokens"] == 6 and e["ignore_eos"] is False for e in log)
     assert bad.kind == "fail" and "prompt 0: POST /generate answered HTTP 401" in bad.result["msg"]
+    assert "outputs" not in bad.result and bad.result["answered"] == 0
     assert "wrong" not in repr(bad.result) and KEY not in repr(one)
     with OpenAIServerThread(generate=True, ttft=0.001, itl=0.0005, output_ids=False, cut_at=4) as s:
         short = ok(s.url, num_prompts=4, max_new_tokens=6)
@@ -146,6 +147,10 @@ def test_errors_are_one_clear_message():
     got = run("http://127.0.0.1:%d" % port, num_prompts=2)
     assert got.kind == "fail" and "prompt 0: cannot connect to 127.0.0.1:%d" % port in got.result["msg"]
     assert "exception" not in got.result
+    with OpenAIServerThread(generate=True, ttft=0.001, itl=0.0005, fail_rate=0.5) as s:  # every 2nd request: 500
+        got = run(s.url, num_prompts=4, max_new_tokens=4)
+    assert got.kind == "fail" and "prompt 1: POST /generate answered HTTP 500" in got.result["msg"]
+    assert "outputs" not in got.result and got.result["answered"] == 1  # a partial answer is no answer
     with OpenAIServerThread() as s:  # OpenAI routes only
         got = run(s.url)
     assert got.kind == "fail" and "HTTP 404" in got.result["msg"] and "needs SGLang's native API" in got.result["msg"]
