@@ -42,9 +42,9 @@ class FilterModule(object):
             "mtp_tune_attempt": mtp_tune_attempt,
             "mtp_tune_fit_ladder": mtp_tune_fit_ladder,
             "mtp_tune_verify": mtp_tune_verify,
+            "mtp_tune_greedy_compare": mtp_tune_greedy_compare,
             "mtp_tune_progress": mtp_tune_progress,
             "mtp_tune_capped": mtp_tune_capped,
             "mtp_tune_node_fault": mtp_tune_node_fault,
             "mtp_tune_node_fault_message": mtp_tune_node_fault_message,
-            "mtp_tune_greedy_compare": mtp_tune_greedy_compare,
         }
