@@ -21,6 +21,9 @@ SETTINGS = {
     "orphans": (bool, False),
     "orphans_keep_port": (bool, False),
     "wedge_after": (float, 0.0),
+    # Fault: fraction of greedy prompts whose output leaves the reference on a launch where
+    # --enable-linear-replayssm-spec acts (scheduler.drift_point).
+    "replayssm_drift": (float, 0.0),
     "state_dir": (str, "/run/sglang-sim"),
     "dev_dir": (str, "/dev"),
     # Where ranks create SGLang's shared-memory segments (shm.py), and their size in KiB.
@@ -78,6 +81,9 @@ def load_settings(environ=None):
         out[name] = _coerce(env_name, typ, raw)
     if out["time_scale"] is not None and out["time_scale"] <= 0:
         raise SimConfigError("SGLANG_SIM_TIME_SCALE must be > 0, got %r" % out["time_scale"])
+    if out["replayssm_drift"] is not None and not 0 <= out["replayssm_drift"] <= 1:
+        raise SimConfigError("SGLANG_SIM_REPLAYSSM_DRIFT is a fraction of the greedy prompts, "
+                             "within [0, 1]; got %r" % out["replayssm_drift"])
     if out["profile"] not in PROFILES:
         raise SimConfigError(
             "unknown SGLANG_SIM_PROFILE %r; known profiles: %s"

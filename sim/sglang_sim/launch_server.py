@@ -292,10 +292,17 @@ class Launcher(object):
 
         factor = perf.speed_factor(s["profile"], model["params"], tp) * perf.replayssm_factor(model, a)
         mrr = plan0["max_running_requests"]
+        # The replayssm-drift fault. gdn_backend.py _replayssm_target_verify rebuilds the verify
+        # states from a frozen checkpoint plus the compact (d, k, g) ring (bf16 with compensated
+        # low parts) instead of reading stored per-draft-token states: exact in exact arithmetic,
+        # but not bit-identical in floating point, so a kernel can flip a near-tied argmax. The
+        # sim's replay is exact; this knob stands in for a kernel that is not, so that the
+        # tuner's greedy check before adopting the lever can be seen to refuse it.
+        drift = s["replayssm_drift"] if perf.replayssm_acts(model, a) else 0.0
         self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],
                                context_len, log_prefix=" TP0" if tp > 1 else "",
-                               cuda_graph=not a["disable_cuda_graph"])
+                               cuda_graph=not a["disable_cuda_graph"], greedy_drift=drift)
         self.sched.start()
         self.srv = Server(a, self.sched, s, plan0, time.time())
         uvicorn_log("INFO:     Started server process [%d]" % os.getpid())

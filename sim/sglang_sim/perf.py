@@ -79,13 +79,17 @@ def speed_factor(profile, params=REFERENCE_PARAMS, tp_size=REFERENCE_TP):
     return base * size * tp
 
 
+def replayssm_acts(model, args):
+    """--enable-linear-replayssm-spec changes the verify only on a hybrid model with
+    speculative decoding."""
+    return bool(args.get("enable_linear_replayssm_spec") and model.get("hybrid")
+                and args.get("speculative_algorithm") is not None)
+
+
 def replayssm_factor(model, args):
     """Step-time multiplier of --enable-linear-replayssm-spec (REPLAYSSM_STEP_FACTOR) where it
-    acts: a hybrid model with speculative decoding; 1.0 elsewhere."""
-    if args.get("enable_linear_replayssm_spec") and model.get("hybrid") \
-            and args.get("speculative_algorithm") is not None:
-        return REPLAYSSM_STEP_FACTOR
-    return 1.0
+    acts (replayssm_acts); 1.0 elsewhere."""
+    return REPLAYSSM_STEP_FACTOR if replayssm_acts(model, args) else 1.0
 
 
 def step_time_ms(batch, steps, factor=1.0):

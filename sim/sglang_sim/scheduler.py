@@ -6,10 +6,16 @@ requests: the step takes perf.step_time_ms(batch, steps) (with seeded noise) tim
 the time scale, and each request gains 1 + accepted drafts tokens. Outputs are
 handed to per-request sinks synchronously at the end of each step, so a step with
 256 streams costs 256 cheap callbacks and no task switches.
+
+Token ids: a greedy request's (temperature 0 / top_k 1) are a function of its prompt ids
+only (greedy_token), as a real model's argmax is a function of the context: the same on every
+launch, draft depth, batch size and SGLANG_SIM_SEED. A sampled request's come from its own rng.
 """
 
+import array
 import asyncio
 import collections
+import hashlib
 import random
 import time
 
@@ -42,12 +48,47 @@ class Histogram(object):
         self.counts[-1] += 1
 
 
+_MASK64 = (1 << 64) - 1
+_TOKEN_SPAN = 150000 - tokenizer.FIRST_WORD_ID  # the ids _next_token draws from (never EOS)
+
+
+def prompt_hash(input_ids):
+    """A stable 64-bit digest of a prompt's token ids."""
+    raw = array.array("I", input_ids).tobytes()
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
+
+
+def _mix(h):
+    """splitmix64's finaliser: one cheap step of the greedy chain."""
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EB & _MASK64
+    return h ^ (h >> 31)
+
+
+def greedy_token(state):
+    """(token, next state) of a greedy chain: the token is the context's "argmax", the state
+    folds the emitted token in, so each token is a function of prompt + tokens before it."""
+    tok = tokenizer.FIRST_WORD_ID + state % _TOKEN_SPAN
+    return tok, _mix(state ^ tok)
+
+
+def drift_point(phash, fraction):
+    """The replayssm-drift fault (SGLANG_SIM_REPLAYSSM_DRIFT): the output position at which a
+    greedy prompt leaves the reference, or None for a prompt the fault spares. Which prompts
+    (a `fraction` of them, by their digest) and where (token 2..17) depend on the prompt only,
+    so every launch with the fault diverges on the same prompts at the same place."""
+    if fraction <= 0 or (phash & 0xFFFF) >= fraction * 0x10000:
+        return None
+    return 2 + (phash >> 16) % 16
+
+
 class Request(object):
     __slots__ = (
         "rid", "input_ids", "prompt_len", "max_new", "ignore_eos", "temperature", "alpha",
         "natural_len", "output_ids", "text", "ids_str", "verify_ct", "correct_drafts",
         "hist", "created", "first_token_at", "last_token_at", "finished", "finish_reason",
         "sink", "done", "rng", "log_metrics", "cached_tokens", "stop_ids", "aborted", "streaming",
+        "greedy", "gstate", "drift_at", "n_drawn",
     )
 
     def __init__(self, rid, input_ids, max_new, ignore_eos, temperature,
@@ -62,6 +103,21 @@ class Request(object):
         self.rng = random.Random("%s/%s" % (seed, rid))
         # Without ignore_eos the fake model ends its answer at a drawn length.
         self.natural_len = None if ignore_eos else self.rng.randint(24, 480)
+        # layers/sampler.py Sampler.forward: an all-greedy batch takes torch.argmax of the logits,
+        # and speculative/eagle_utils.py eagle_sample (verify_tree_greedy) accepts only drafts equal
+        # to the target's argmax, so the output depends on the context alone, not on the draft
+        # depth or the batch. (In exact arithmetic: on a GPU, other batch/verify shapes can flip a
+        # near tie; see sim/README.md, known differences.)
+        self.greedy = not temperature
+        self.gstate = None
+        self.drift_at = None
+        self.n_drawn = 0
+        if self.greedy:
+            self.gstate = prompt_hash(input_ids)
+            if self.natural_len is not None:
+                # where the answer ends is the model's too (the rng draw above stays, so the
+                # acceptance draws that follow keep their stream)
+                self.natural_len = 24 + (self.gstate >> 20) % 457
         self.output_ids = []
         self.text = ""
         self.ids_str = ""
@@ -94,8 +150,12 @@ class Request(object):
 
 class Scheduler(object):
     def __init__(self, max_running_requests, steps, draft_tokens, token_capacity,
-                 factor, time_scale, seed, context_len, log_prefix="", cuda_graph=True):
+                 factor, time_scale, seed, context_len, log_prefix="", cuda_graph=True,
+                 greedy_drift=0.0):
         self.mrr = max_running_requests
+        # Fraction of greedy prompts the replayssm-drift fault makes diverge (drift_point);
+        # launch_server sets it only where --enable-linear-replayssm-spec acts.
+        self.greedy_drift = greedy_drift
         self.steps = steps or 0
         self.draft_tokens = draft_tokens or 1
         self.capacity = token_capacity
@@ -149,6 +209,8 @@ class Scheduler(object):
         return "%032x" % random.Random("%s/%d" % (self.seed, self.next_rid)).getrandbits(128)
 
     def submit(self, req):
+        if req.greedy and self.greedy_drift > 0:
+            req.drift_at = drift_point(req.gstate, self.greedy_drift)
         self.waiting.append(req)
         self.wake.set()
 
@@ -306,8 +368,20 @@ class Scheduler(object):
             self.cuda_graph, self.last_gen_throughput, len(self.waiting))
         _proc.log(msg, self.log_prefix)
 
-    def _next_token(self, req):
-        return req.rng.randrange(tokenizer.FIRST_WORD_ID, 150000)
+    @staticmethod
+    def _next_token(req):
+        if not req.greedy:
+            return req.rng.randrange(tokenizer.FIRST_WORD_ID, 150000)
+        tok, state = greedy_token(req.gstate)
+        if req.n_drawn == req.drift_at:
+            # a different token here; the chain goes on from it, so the rest differs too, as a
+            # real divergence does once one argmax flips
+            tok = tokenizer.FIRST_WORD_ID + (tok - tokenizer.FIRST_WORD_ID + 1
+                                             + req.gstate % (_TOKEN_SPAN - 1)) % _TOKEN_SPAN
+            state = _mix(req.gstate ^ tok)
+        req.gstate = state
+        req.n_drawn += 1
+        return tok
 
     def _emit(self, req, ids, now):
         """Append ids (cut at max_new_tokens / EOS) and notify the request's sink."""

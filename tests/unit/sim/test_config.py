@@ -12,6 +12,7 @@ def test_defaults(tmp_path):
     assert s["profile"] == "rtx-pro-6000-x4"
     assert s["time_scale"] == 1.0 and s["orphans"] is False
     assert s["state_dir"] == "/run/sglang-sim" and s["dev_dir"] == "/dev"
+    assert s["replayssm_drift"] == 0.0
 
 
 def test_env_overrides_file(tmp_path):
@@ -31,6 +32,8 @@ def test_env_overrides_file(tmp_path):
     ({"SGLANG_SIM_TIME_SCALE": "fast"}, "SGLANG_SIM_TIME_SCALE must be of type float"),
     ({"SGLANG_SIM_TIME_SCALE": "0"}, "must be > 0"),
     ({"SGLANG_SIM_ORPHANS": "maybe"}, "must be a boolean"),
+    ({"SGLANG_SIM_REPLAYSSM_DRIFT": "1.5"}, "SGLANG_SIM_REPLAYSSM_DRIFT is a fraction"),
+    ({"SGLANG_SIM_REPLAYSSM_DRIFT": "-0.1"}, "within [0, 1]"),
 ])
 def test_bad_values(tmp_path, env, needle):
     env = dict(env, SGLANG_SIM_CONFIG=str(tmp_path / "missing.json"))

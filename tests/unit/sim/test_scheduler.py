@@ -121,3 +121,75 @@ def test_abort_and_flush_counters():
     assert idle
     assert acc is not None and 3.5 < acc <= 4.0
     assert after is None
+
+
+def _outputs(prompts, steps=3, seed=0, drift=0.0, others=0, temperature=0.0, max_new=40,
+             ignore_eos=True, rid="g"):
+    """output_ids of each prompt, run together (with `others` unrelated requests beside them)
+    on a fresh scheduler."""
+    async def go():
+        s = Scheduler(48, steps, steps + 1, 10 ** 7, 1.0, 1e-4, seed, 262144, greedy_drift=drift)
+        s.start()
+        reqs = [Request("%s%d" % (rid, i), list(p), max_new, ignore_eos, temperature, seed,
+                        steps=steps) for i, p in enumerate(prompts)]
+        reqs += [Request("o%d" % i, [900 + i] * 5, 64, True, 0.0, seed, steps=steps)
+                 for i in range(others)]
+        for r in reqs:
+            s.submit(r)
+        await asyncio.gather(*[r.done for r in reqs])
+        s.task.cancel()
+        return [r.output_ids for r in reqs[:len(prompts)]]
+    return _run(go())
+
+
+PROMPTS = [[100 + 7 * i + j for j in range(5 + i)] for i in range(12)]
+
+
+def test_greedy_output_is_a_function_of_the_prompt():
+    """Launch, draft depth, batch size, seed and rid change nothing of a greedy output."""
+    ref = _outputs(PROMPTS, steps=0)
+    assert all(len(o) == 40 for o in ref)
+    assert len(set(tuple(o) for o in ref)) == len(PROMPTS)  # distinct prompts, distinct outputs
+    assert _outputs(PROMPTS, steps=3, others=20, rid="x") == ref
+    assert _outputs(PROMPTS, steps=7, seed=5) == ref
+    assert _outputs(PROMPTS[3:4], steps=1) == ref[3:4]  # alone in the batch
+    # a prefix of a longer answer is the shorter answer
+    assert [o[:40] for o in _outputs(PROMPTS[:2], max_new=90)] == ref[:2]
+
+
+def test_greedy_stop_length_is_the_prompts():
+    """Without ignore_eos the answer ends where the model ends it: same place every launch."""
+    a = _outputs(PROMPTS, steps=1, max_new=600, ignore_eos=False)
+    b = _outputs(PROMPTS, steps=5, max_new=600, ignore_eos=False, seed=9, rid="z")
+    assert a == b
+    assert all(o[-1] == tokenizer.EOS_TOKEN_ID for o in a)
+    assert len(set(len(o) for o in a)) > 1
+
+
+def test_sampled_output_still_comes_from_the_request():
+    """temperature > 0 keeps per-request draws: the same prompt gives different outputs."""
+    one = _outputs([PROMPTS[0]] * 2, temperature=0.7)
+    assert one[0] != one[1]
+    assert _outputs([PROMPTS[0]] * 2, temperature=0.7, seed=1) != one
+
+
+def test_replayssm_drift_fault():
+    """The fault knob: the prompts drift_point picks leave the reference at that token and
+    stay off it; the others are untouched."""
+    from sglang_sim import scheduler as sch
+    prompts = [[200 + i, 300 + i, 400 + i] for i in range(120)]
+    ref = _outputs(prompts, steps=3)
+    assert _outputs(prompts, steps=3, drift=0.0) == ref
+    full = _outputs(prompts, steps=3, drift=1.0)
+    half = _outputs(prompts, steps=5, drift=0.5)
+    picked = 0
+    for p, r, f, h in zip(prompts, ref, full, half):
+        at = sch.drift_point(sch.prompt_hash(p), 1.0)
+        assert 2 <= at <= 17
+        assert f[:at] == r[:at] and f[at] != r[at] and f[at + 1:] != r[at + 1:]
+        if sch.drift_point(sch.prompt_hash(p), 0.5) is None:
+            assert h == r
+        else:
+            picked += 1
+            assert h == f  # same prompt, same place, whatever the depth
+    assert 40 <= picked <= 80  # about half (binomial sd 5.5 around 60)
