@@ -17,7 +17,6 @@ __metaclass__ = type
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import mtp_tune_numerics_plan
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import mtp_tune_capped, mtp_tune_fit_ladder
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault, mtp_tune_node_fault_message
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_numerics import mtp_tune_greedy_compare
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_level_metrics, mtp_tune_progress, mtp_tune_verify)
@@ -43,7 +42,6 @@ class FilterModule(object):
             "mtp_tune_attempt": mtp_tune_attempt,
             "mtp_tune_fit_ladder": mtp_tune_fit_ladder,
             "mtp_tune_verify": mtp_tune_verify,
-            "mtp_tune_greedy_compare": mtp_tune_greedy_compare,
             "mtp_tune_progress": mtp_tune_progress,
             "mtp_tune_capped": mtp_tune_capped,
             "mtp_tune_node_fault": mtp_tune_node_fault,
