@@ -165,12 +165,27 @@ def test_a_tree_draft_is_never_lifted_with_the_replay():
 def test_the_numerics_plan_keeps_a_reference_and_checks_the_lever():
     spec = _spec(levers=("enable_linear_replayssm_spec",))
     plan = mtp_cap.mtp_tune_numerics_plan([], {"overrides": {}}, spec)
-    assert plan == {"probe": True, "levers": [], "reference": None}
-    ref = [{"index": 0, "output_ids": [1, 2, 3]}]
-    atts = [{"overrides": {}, "greedy": ref},
-            {"overrides": {"enable_linear_replayssm_spec": True}, "greedy": [{"index": 0, "output_ids": [9]}]}]
-    plan = mtp_cap.mtp_tune_numerics_plan(atts, {"overrides": {"enable_linear_replayssm_spec": True}}, spec)
-    assert plan["levers"] == ["enable_linear_replayssm_spec"] and plan["reference"] == ref
+    assert plan["probe"] and plan["levers"] == [] and plan["reference"] is None
+    ref3, ref4 = [{"index": 0, "output_ids": [1, 2, 3]}], [{"index": 0, "output_ids": [1, 2, 4]}]
+    lever = {"enable_linear_replayssm_spec": True}
+    atts = [{"key": "s3-k1-d4", "overrides": {}, "greedy": ref3},
+            {"key": "s4-k1-d5", "overrides": {}, "greedy": ref4},
+            {"key": "s3-k1-d4", "overrides": lever, "greedy": [{"index": 0, "output_ids": [9]}],
+             "status": "failed", "numerics": {"ok": False, "levers": list(lever)}}]
+    # the reference is a launch without the lever at the same depth, not the latest one
+    plan = mtp_cap.mtp_tune_numerics_plan(atts, {"key": "s3-k1-d4", "overrides": lever}, spec)
+    assert plan["levers"] == ["enable_linear_replayssm_spec"] and plan["reference"] == ref3
+    assert plan["reference_key"] == "s3-k1-d4" and plan["passed"] is None
+    # no launch of that depth: the latest at any depth, named
+    plan = mtp_cap.mtp_tune_numerics_plan(atts, {"key": "s8-k1-d9", "overrides": lever}, spec)
+    assert plan["reference"] == ref4 and plan["reference_key"] == "s4-k1-d5"
+    # once the lever passed at one depth, the others adopt it without a probe
+    passed = atts + [{"key": "s3-k1-d4", "overrides": lever, "status": "ok",
+                      "numerics": {"ok": True, "levers": list(lever), "reference_key": "s3-k1-d4"}}]
+    plan = mtp_cap.mtp_tune_numerics_plan(passed, {"key": "s8-k1-d9", "overrides": lever}, spec)
+    assert plan["passed"] == "s3-k1-d4" and not plan["probe"]
+    att = mtp_tune_attempt(_launch(plan, None))
+    assert att["status"] == "ok" and att["numerics"]["ok"] and "passed the greedy check at s3-k1-d4" in att["numerics"]["why"]
     # a run that may not use such a lever runs no greedy prompts
     assert not mtp_cap.mtp_tune_numerics_plan(atts, {"overrides": {}}, _spec())["probe"]
 
