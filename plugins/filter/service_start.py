@@ -91,7 +91,7 @@ def sglang_service_start_report(wait, action="none", rollback_wait=None, unit=No
 
 # The wait's fields other roles read; an earlier result carries them too, so it can be passed as ``wait``.
 WAIT_FIELDS = ("ready", "seconds", "failure_class", "failure_line", "hint", "msg", "journal_tail", "generated_tokens",
-               "port_holders")
+               "port_holders", "pool")
 
 
 def sglang_service_result(wait, unit, unit_changed=False, action="none", rollback_wait=None):
@@ -110,6 +110,7 @@ def sglang_service_result(wait, unit, unit_changed=False, action="none", rollbac
     for key in WAIT_FIELDS:
         out[key] = wait.get(key) if waited else None
     out["journal_tail"] = list(out["journal_tail"] or [])
+    out["pool"] = dict(out["pool"] or {})
     if waited:
         out["ready"] = bool(wait.get("ready"))
     out["rollback"] = action if action in ACTIONS else "none"
