@@ -63,6 +63,8 @@ __metaclass__ = type
 
 import itertools
 
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError
+
 GIB = float(1 << 30)
 # speculative_hook.py _handle_eagle_family: the running-request cap speculation sets when unset.
 SPEC_DEFAULT_MAX_RUNNING_REQUESTS = 48
@@ -461,3 +463,61 @@ def _least_ratio(predicted, overrides, size_need):
         else:
             lo = mid + 1
     return round(lo * RATIO_STEP, 2)
+
+
+# --------------------------------------------------------------------------- filter
+
+def launch_of(setting):
+    """A pool-model setting from either shape: the model's own (``draft_tokens`` + override keys)
+    or a serving setting as the service role records it (``speculative_algorithm``,
+    ``speculative_num_draft_tokens``, the override keys; no algorithm = no speculation)."""
+    setting = dict(setting or {})
+    if "draft_tokens" not in setting and "speculative_num_draft_tokens" in setting:
+        spec = setting.get("speculative_algorithm")
+        setting["draft_tokens"] = setting.get("speculative_num_draft_tokens") if spec else 0
+    return dict((k, setting[k]) for k in ("draft_tokens",) + OVERRIDE_KEYS + CONTEXT_KEYS
+                if setting.get(k) is not None)
+
+
+def mtp_tune_pool_predict(pool, launched, settings):
+    """For each of ``settings``, what 0.5.23 would give it on the node whose launch ``launched``
+    built ``pool`` (sglang_service_wait's RV(pool)): ``{"setting", "cap", "max_mamba_cache_size",
+    "kv_tokens", "cap_highest", "kv_tokens_highest", "why"}``, the lowest values the printed
+    figures allow and the highest (``why`` None); with the figures None and ``why`` saying why
+    when the pool facts cannot tell (see predict_range)."""
+    if pool is not None and not isinstance(pool, dict):
+        raise AnsibleFilterError("mtp_tune_pool_predict: the pool facts must be a dict "
+                                 "(sglang_service_wait's pool), got %r" % (pool,))
+    if not isinstance(launched, dict):
+        raise AnsibleFilterError("mtp_tune_pool_predict: launched must be the launch's setting as a dict, got %r"
+                                 % (launched,))
+    if not isinstance(settings, (list, tuple)) or not all(isinstance(s, dict) for s in settings):
+        raise AnsibleFilterError("mtp_tune_pool_predict: settings must be a list of dicts (draft_tokens "
+                                 "plus override keys), got %r" % (settings,))
+    launch = launch_of(launched)
+    out = []
+    for given in settings:
+        setting = launch_of(given)
+        try:
+            found = predict_range(pool or {}, launch, setting)
+        except (TypeError, ValueError) as exc:
+            raise AnsibleFilterError("mtp_tune_pool_predict: setting %r: %s" % (given, exc))
+        row = {"setting": setting, "cap": None, "max_mamba_cache_size": None, "kv_tokens": None,
+               "cap_highest": None, "kv_tokens_highest": None, "why": None}
+        if found is None:
+            row["why"] = _why_not(pool, launch, setting)
+        else:
+            lo, hi = found
+            row.update(lo, cap_highest=hi["cap"], kv_tokens_highest=hi["kv_tokens"])
+        out.append(row)
+    return out
+
+
+def _why_not(pool, launch, setting):
+    if _observed(pool or {}, launch) is None:
+        return "the launch logged no hybrid state pool (a dense model, or a start that died first)"
+    if bool(launch.get("draft_tokens")) != bool(setting.get("draft_tokens")):
+        return "speculation on one side only: the draft's weights change the budget"
+    if setting.get("enable_linear_replayssm_spec") and not (pool or {}).get("replayssm_ring_gb"):
+        return "the launch logged no ReplaySSM ring, so its size per request is unknown"
+    return "another mem_fraction_static: the budget moves with it"

@@ -231,3 +231,31 @@ def test_the_model_reads_the_release_defaults_the_sim_uses():
     assert msp.DEFAULT_SLOTS_PER_REQUEST == (memory.MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
                                              + memory.MAMBA_EXTRA_BUFFER_TRACKING_SLOTS)
     assert msp.REQ_POOL_ESTIMATE_MIN == memory.REQ_POOL_ESTIMATE_MIN
+
+
+# --------------------------------------------------------------------------- the filter
+
+def test_the_filter_predicts_from_a_recorded_setting():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.blackwell.sglang.plugins.filter.mtp_tune import FilterModule
+
+    predict = FilterModule().filters()["mtp_tune_pool_predict"]
+    where, launched, pool = _launch()
+    record = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+              "speculative_num_draft_tokens": 4, "speculative_draft_model_path": None,
+              "cuda_graph_max_bs": None, "max_running_requests": None}
+    rows = predict(pool, dict(record, mem_fraction_static=0.83),
+                   [{"draft_tokens": 6}, {"draft_tokens": 6, "mamba_full_memory_ratio": 2.5},
+                    {"draft_tokens": 0}, {"draft_tokens": 6, "enable_linear_replayssm_spec": True}])
+    for row in rows[:2]:
+        truth = _truth(_oracle(where, dict(row["setting"], mem_fraction_static=0.83)))
+        assert row["why"] is None and row["cap"] <= truth["cap"] <= row["cap_highest"]
+        assert row["kv_tokens"] <= truth["kv_tokens"] <= row["kv_tokens_highest"]
+    assert rows[1]["cap"] > rows[0]["cap"]
+    assert rows[2]["cap"] is None and "speculation on one side only" in rows[2]["why"]
+    assert rows[3]["cap"] is None and "ReplaySSM ring" in rows[3]["why"]
+    assert predict({}, record, [{"draft_tokens": 2}])[0]["why"].startswith("the launch logged no hybrid state pool")
+    with pytest.raises(AnsibleFilterError, match="settings must be a list of dicts"):
+        predict(pool, record, {"draft_tokens": 2})
+    with pytest.raises(AnsibleFilterError, match="launched must be"):
+        predict(pool, None, [{"draft_tokens": 2}])
