@@ -196,10 +196,18 @@ def test_lift_turns_replayssm_on_only_when_the_launch_logged_its_ring():
     assert _fits(where, replay, ["enable_linear_replayssm_spec"], 9, got, 48, 0)
 
 
-def test_lift_keeps_the_launched_overrides_it_may_not_move():
-    _where, launched, pool = _launch(cuda_graph_max_bs=16)
+def test_lift_returns_only_the_levers_and_takes_the_others_as_launched():
+    where, launched, pool = _launch(cuda_graph_max_bs=16)
     got = msp.lift(pool, launched, 4, 20, 0, ["mamba_full_memory_ratio", "cuda_graph_max_bs"])
-    assert got["cuda_graph_max_bs"] == 16 and "mamba_full_memory_ratio" in got
+    assert list(got) == ["mamba_full_memory_ratio"]
+    assert _fits(where, launched, [], 4, got, 20, 0)
+    # a request cap the launch set and lift may not move holds the cap below the target
+    where, capped, pool = _launch(max_running_requests=16)
+    assert msp.lift(pool, capped, 4, 20, 0, ["mamba_full_memory_ratio"]) is None
+    # allowed to move, the cap starts from SGLang's default (48 under speculation): the ratio does
+    lifted = msp.lift(pool, capped, 4, 20, 0, ["max_running_requests", "mamba_full_memory_ratio"])
+    assert list(lifted) == ["mamba_full_memory_ratio"]
+    assert _fits(where, capped, ["max_running_requests"], 4, lifted, 20, 0)
 
 
 @pytest.mark.parametrize("node", range(len(pool_sim.NODES)), ids=[n[0] for n in pool_sim.NODES])
