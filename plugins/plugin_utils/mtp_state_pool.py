@@ -14,7 +14,11 @@ tells, for that launch:
 
 - the state bytes per slot p = (conv_gb + ssm_gb) / (max_mamba_cache_size + 1),
 - the KV bytes per token b = kv_gb / kv_tokens,
-- the ReplaySSM ring bytes per request = ring_gb / (max_running_requests + 1) (when on),
+- the ReplaySSM ring bytes per request = ring_gb / (max_running_requests + 1) (when on; for a
+  launch without it, bracketed from the SSM state per slot: 0.5.23's GDN ring of
+  configs/mamba_utils.py replayssm_ring_bytes_per_req is L/K x (1 + HK/HV + 1/K) of the fp32 state,
+  L = 16 and K = V = 128 for Qwen3.5 / Qwen3-Next, HK/HV between 0 and 1: a lift to ReplaySSM is
+  then predicted with the larger ring, at most a few state slots low, until a launch logs it),
 - R itself: the KV pool is what the state pool left, R = kv_tokens x b + state bytes (within
   one page of tokens), and, when the launch sized its pool automatically, its logged size pins
   R to one slot of the joint solve.
@@ -25,19 +29,19 @@ and ``enable_linear_replayssm_spec`` on the same node, model and ``mem_fraction_
 
 Rounding: the release prints the sizes in GB (1 << 30 bytes) with 2 decimals (the ring with 3),
 so p, b and the ring are known to within half a unit per printed figure (conv + ssm: +-0.01 GB
-over max_mamba_cache_size + 1 slots; each KV figure +-0.005 GB over kv_tokens). The (b, p) the
-launch allows form a convex polygon (that box, cut by the budget range its logged pool size
-implies); ``predict_range`` splits it into the cells of one predicted pool size each and returns
-the lowest and highest outcome over their corners, where every figure computed for one size is
-extreme: the release's value lies between (the ring's own box is sampled, not cut). ``predict``
-returns the lowest, so it never promises a higher cap or more KV tokens than the release gives.
-The spread grows with how far the setting moves the state pool from the launched one: the KV
-tokens by about |state bytes moved| x (0.01 / (conv_gb + ssm_gb) + 0.01 / kv_gb) / b, plus one
-pool size's worth where the rounding leaves two sizes possible. Measured against the simulator's
-0.5.23 sizing over 580 pairs of settings on three hybrid nodes (tests/unit/plugins/filter/
-test_mtp_state_pool.py): the cap at most 1 request low (exact in 95-100 %), the pool at most 13
-slots low, the KV tokens at most 5.9 % of the launched KV pool low, never high; a launch predicted
-for itself is exact.
+over max_mamba_cache_size + 1 slots; each KV figure +-0.005 GB over kv_tokens). What the launch
+allows of (b, p, ring) is a convex polytope (that box, cut by the budget range its logged pool
+size implies); ``predict_range`` splits it into the cells of one predicted pool size each and
+returns the lowest and highest outcome over their corners, where every figure computed for one
+size is extreme: the release's value lies between. ``predict`` returns the lowest, so it never
+promises a higher cap or more KV tokens than the release gives. The spread grows with how far
+the setting moves the state pool from the launched one: the KV tokens by about |state bytes
+moved| x (0.01 / (conv_gb + ssm_gb) + 0.01 / kv_gb) / b, plus one pool size's worth where the
+rounding leaves two sizes possible. Measured against the simulator's 0.5.23 sizing over about 690
+pairs of settings on three hybrid nodes (tests/unit/plugins/filter/test_mtp_state_pool.py): never
+high; the cap at most 1 request low (at most 4 for ReplaySSM predicted from a launch without it),
+the pool at most 13 slots and the KV tokens at most 5.9 % of the launched KV pool low; a launch
+predicted for itself is exact.
 
 Slots per request (``_calculate_mamba_ratio``) come from the mamba cap warning when the launch
 was capped by the state pool; otherwise from which of 0.5.23's possible values (5: extra_buffer
@@ -91,7 +95,10 @@ CONTEXT_KEYS = ("mem_fraction_static", "disable_radix_cache", "page_size")
 # lift's grid for mamba_full_memory_ratio: hundredths (see lift), up to RATIO_MAX.
 RATIO_STEP = 0.01
 RATIO_MAX = 1000.0
-RING_SAMPLES = 9
+# The ReplaySSM ring's size per request when no launch logged it: arg_groups/fields/exec_.py
+# linear_replayssm_cache_len's default, and the GDN head dim of Qwen3.5 / Qwen3-Next.
+REPLAYSSM_CACHE_LEN = 16
+GDN_HEAD_DIM = 128
 
 
 class _Setting(object):
@@ -152,14 +159,14 @@ class _Setting(object):
             return int((mamba - p * (1 + d)) // (p * (1 + d / float(self.slots(r)))))
         return int((mamba - self.fixed(ring) - p) // p)
 
-    def at_least(self, size, ring, r):
-        """(A_budget, A_p, const): the automatic solve gives >= ``size`` slots exactly when
-        A_budget x budget + A_p x p + const >= 0 (the solve divides by a positive p term)."""
+    def at_least(self, size, r):
+        """(A_budget, A_p, A_ring): the automatic solve gives >= ``size`` slots exactly when
+        A_budget x budget + A_p x p + A_ring x ring >= 0 (it divides by a positive p term)."""
         share = self.ratio / (1 + self.ratio)
         if self.reserves_spec_state:
             d = self.draft_tokens
             return share, -((1 + d) + size * (1 + d / float(self.slots(r)))), 0.0
-        return share, -(size + 1.0), -self.fixed(ring)
+        return share, -(size + 1.0), -self.fixed(1.0)
 
     def size_for(self, budget, p, ring, r):
         if self.size is not None:
@@ -206,89 +213,97 @@ def _observed(pool, launched):
     if ring is not None and reqs:
         ring_half = (pool.get("replayssm_ring_figures") or 5) * RING_GB_HALF_UNIT
         ring_box = (max(ring - ring_half, 0.0) * GIB / (reqs + 1), (ring + ring_half) * GIB / (reqs + 1))
-    return {"size": size, "tokens": tokens, "p": p_box, "b": b_box, "ring": ring_box,
+    # Without a logged ring, its size per request from the SSM state's (see the module docstring):
+    # per layer and request the ring holds L x (2 HV V + 2 HK K) bf16 values (the low parts
+    # doubling them) and L x HV fp32 gates, the state HV x V x K fp32 values; with V = K = 128
+    # that is L/K x (1 + HK/HV + 1/K) of the state, HK/HV between 0 and 1.
+    ssm = float(pool["ssm_gb"])
+    per_state = ((max(ssm - GB_HALF_UNIT, 0.0)) * GIB / (size + 1), (ssm + GB_HALF_UNIT) * GIB / (size + 1))
+    share = float(REPLAYSSM_CACHE_LEN) / GDN_HEAD_DIM
+    ring_estimate = (per_state[0] * share * (1 + 1.0 / GDN_HEAD_DIM), per_state[1] * share * (2 + 1.0 / GDN_HEAD_DIM))
+    return {"size": size, "tokens": tokens, "p": p_box, "b": b_box, "ring": ring_box, "ring_estimate": ring_estimate,
             "reqs": reqs, "slots": pool.get("slots_per_request"), "capped_by": pool.get("capped_by")}
 
 
-def _clip(polygon, a, c, k):
-    """The part of a convex ``polygon`` [(b, p), ...] where a b + c p + k >= 0
-    (Sutherland-Hodgman against one half-plane)."""
+def _vertices(planes):
+    """The corners of the convex polytope {x = (b, p, ring): a . x + k >= 0 for every plane
+    (a_b, a_p, a_ring, k)}: every point where three planes meet and every plane holds (a few
+    dozen planes at most, so enumerating the triples is cheap and exact)."""
     out = []
-    for i, here in enumerate(polygon):
-        there = polygon[(i + 1) % len(polygon)]
-        f_here = a * here[0] + c * here[1] + k
-        f_there = a * there[0] + c * there[1] + k
-        if f_here >= 0:
-            out.append(here)
-        if (f_here >= 0) != (f_there >= 0):
-            t = f_here / (f_here - f_there)
-            out.append((here[0] + t * (there[0] - here[0]), here[1] + t * (there[1] - here[1])))
+    for one, two, three in itertools.combinations(planes, 3):
+        rows = (one[:3], two[:3], three[:3])
+        det = _det(rows)
+        # Hadamard's bound: |det| relative to it says how far from parallel the planes are.
+        scale = 1.0
+        for row in rows:
+            scale *= sum(v * v for v in row) ** 0.5
+        if abs(det) <= scale * 1e-12:
+            continue
+        rhs = (-one[3], -two[3], -three[3])
+        point = []
+        for col in range(3):
+            swapped = [list(row) for row in rows]
+            for i in range(3):
+                swapped[i][col] = rhs[i]
+            point.append(_det(swapped) / det)
+        if all(_holds(plane, point) for plane in planes):
+            out.append(tuple(point))
     return out
 
 
-def _area(polygon):
-    """Shoelace area of a polygon [(b, p), ...]."""
-    twice = 0.0
-    for i, here in enumerate(polygon):
-        there = polygon[(i + 1) % len(polygon)]
-        twice += here[0] * there[1] - there[0] * here[1]
-    return abs(twice) / 2.0
+def _det(rows):
+    (a, b, c), (d, e, f), (g, h, i) = rows
+    return a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
 
 
-def _solid(polygon, box_area):
-    """A polygon of positive area: clipping along a bound leaves slivers of no area (a vertex on
-    the line itself), which stand for no point the launch allows."""
-    return len(polygon) >= 3 and _area(polygon) > box_area * 1e-9
+def _holds(plane, point):
+    terms = (plane[0] * point[0], plane[1] * point[1], plane[2] * point[2], plane[3])
+    return sum(terms) >= -1e-9 * sum(abs(t) for t in terms)
 
 
 def _regions(obs, launch, r, strict=True):
-    """(ring, budget form, polygon) triples that span what the launch allows.
+    """(budget form, planes, corners) of what the launch allows, one per end of the page of KV
+    tokens its budget may hold beyond kv_tokens.
 
-    The budget is the KV pool's bytes (kv_tokens x b, plus up to a page of tokens) plus what the
-    state pool took (linear in p); for an automatic launch the joint solve must also give the
-    logged pool size from it, two more linear bounds in (b, p). So for each end of the ring box
-    and of the page, the (b, p) the launch allows are a convex polygon: the box of the printed
-    figures clipped by those bounds, and its corners are the extremes of every figure the
-    prediction computes for a given pool size (linear in them, or a ratio of linear ones).
-    ``strict`` False drops the solve's bounds (the KV pool was cut by something not modelled,
-    such as --max-total-tokens)."""
+    The unknowns are the KV bytes per token b, the state bytes per slot p and the ring bytes per
+    request (x = (b, p, ring)), each within the box its printed figures allow (the ring at 0 when
+    neither the launch nor the setting has one). The budget is linear in them: the KV pool's
+    bytes, kv_tokens x b (plus up to a page), plus what the state pool took; for an automatic
+    launch the joint solve must also give the logged pool size from that budget, two more linear
+    bounds. So what the launch allows is a convex polytope, and every figure the prediction
+    computes for one pool size (linear in x, or a ratio of linear forms) is extreme at its
+    corners. ``strict`` False drops the solve's bounds (the KV pool was cut by something not
+    modelled, such as --max-total-tokens)."""
     size, tokens = obs["size"], obs["tokens"]
-    if obs["ring"] is None:
-        if launch.replay:
-            return []
-        rings = (0.0,)
-    else:
-        # The ring is a third figure of the box; it is sampled (its ends and between) rather
-        # than clipped in three dimensions: its box is a fraction of a percent wide.
-        lo, hi = obs["ring"]
-        rings = [lo + (hi - lo) * i / float(RING_SAMPLES - 1) for i in range(RING_SAMPLES)]
-    box = [(obs["b"][0], obs["p"][0]), (obs["b"][1], obs["p"][0]),
-           (obs["b"][1], obs["p"][1]), (obs["b"][0], obs["p"][1])]
+    if launch.replay and obs["ring"] is None:
+        return []
+    ring = obs["ring"] if obs["ring"] is not None else obs["ring_estimate"]
+    box = [(1.0, 0.0, 0.0, -obs["b"][0]), (-1.0, 0.0, 0.0, obs["b"][1]),
+           (0.0, 1.0, 0.0, -obs["p"][0]), (0.0, -1.0, 0.0, obs["p"][1]),
+           (0.0, 0.0, 1.0, -ring[0]), (0.0, 0.0, -1.0, ring[1])]
+    # What the state pool took, linear in (p, ring): its slots and scratch, its fixed ring.
+    used_p = launch.state_bytes(size, 1.0, 0.0, r)
+    used_ring = launch.fixed(1.0)
     out = []
-    for ring in rings:
-        # Linear in p: the constant and the slope apart (a difference of two large figures
-        # would lose the bytes the bounds below are drawn at).
-        used0 = launch.state_bytes(size, 0.0, ring, r)
-        used_c = launch.state_bytes(size, 1.0, 0.0, r)
-        for extra, margin in ((0, 0.5), (launch.page, -0.5)):
-            # budget = (tokens + extra) b + margin + used0 + used_c p
-            polygon = box
-            if launch.auto and strict:
-                s0 = launch.auto_budget(size, 0.0, ring, r)
-                slope = launch.auto_budget(size, 1.0, 0.0, r)
-                # solve's lo <= budget < solve's hi, a byte inside each (float rounding at a
-                # bound would otherwise count the next size's budget as this one's)
-                polygon = _clip(polygon, tokens + extra, used_c - slope[0], margin + used0 - s0[0] - 1)
-                polygon = _clip(polygon, -(tokens + extra), slope[1] - used_c, s0[1] - margin - used0 - 1)
-            if _solid(polygon, _area(box)):
-                # budget = form[0] b + form[1] p + form[2]
-                out.append((ring, (tokens + extra, used_c, margin + used0), polygon))
+    for extra, margin in ((0, 0.5), (launch.page, -0.5)):
+        form = (tokens + extra, used_p, used_ring, margin)  # budget = form . (b, p, ring, 1)
+        planes = list(box)
+        if launch.auto and strict:
+            lo_p, hi_p = launch.auto_budget(size, 1.0, 0.0, r)
+            lo_ring, hi_ring = launch.auto_budget(size, 0.0, 1.0, r)
+            # solve's lo <= budget < solve's hi, a byte inside each (float rounding at a bound
+            # would otherwise count the next size's budget as this one's)
+            planes.append((form[0], form[1] - lo_p, form[2] - lo_ring, form[3] - 1))
+            planes.append((-form[0], hi_p - form[1], hi_ring - form[2], -form[3] - 1))
+        corners = _vertices(planes)
+        if corners:
+            out.append((form, planes, corners))
     return out
 
 
-def _budget(form, b, p):
-    """The budget at (b, p) of a region's form: form[0] b + form[1] p + form[2]."""
-    return form[0] * b + form[1] * p + form[2]
+def _budget(form, x):
+    """The budget at x = (b, p, ring) of a region's form."""
+    return form[0] * x[0] + form[1] * x[1] + form[2] * x[2] + form[3]
 
 
 def _slots_per_request(obs, launch):
@@ -329,8 +344,7 @@ def _outcome(setting, size, budget, p, b, ring, r):
 def predict_range(pool, launched, setting):
     """(lowest, highest) prediction over the rounding box (see the module docstring), each
     ``{"cap", "max_mamba_cache_size", "kv_tokens"}``; None when the pool facts are empty or
-    lack what the setting needs (the ring of a launch without ReplaySSM, another
-    ``mem_fraction_static``, speculation on one side only: the draft's weights are loaded with
+    lack what the setting needs (another ``mem_fraction_static``, speculation on one side only: the draft's weights are loaded with
     speculation only, so the budget differs)."""
     obs = _observed(pool, launched)
     if obs is None:
@@ -339,33 +353,32 @@ def predict_range(pool, launched, setting):
     if launch.mem_fraction is not None and target.mem_fraction is not None \
             and float(launch.mem_fraction) != float(target.mem_fraction):
         return None
-    if target.replay and obs["ring"] is None:
-        return None
     if target.spec != launch.spec:
         return None  # the draft's weights come out of the budget with speculation only
     r = _slots_per_request(obs, launch)
     regions = _regions(obs, launch, r) or _regions(obs, launch, r, strict=False)
     outcomes = []
-    for ring, form, polygon in regions:
+    for form, planes, corners in regions:
         if not target.auto:
-            cells = [(target.size_for(0.0, 0.0, ring, r), polygon)]
+            cells = [(target.size_for(0.0, 0.0, 0.0, r), corners)]
         else:
-            # The solve's size steps along lines in (b, p): split the polygon into the cells of
-            # one size each, so that each is evaluated at its own corners with its own size (the
-            # KV tokens of one size are a ratio of linear forms: extreme at a cell's corners).
-            sizes = [target.size_for(_budget(form, b, p), p, ring, r) for b, p in polygon]
+            # The solve's size steps along planes in x: split the polytope into the cells of one
+            # size each, every cell evaluated at its own corners with its own size (the KV tokens
+            # of one size are a ratio of linear forms in x: extreme at a cell's corners). A byte
+            # inside each step drops the slivers a step's own plane would leave.
+            sizes = [target.size_for(_budget(form, x), x[1], x[2], r) for x in corners]
             cells = []
             for size in range(min(sizes), max(sizes) + 1):
-                cell = polygon
+                cell = list(planes)
                 for bound, sign in ((size, 1.0), (size + 1, -1.0)):
-                    coef_budget, coef_p, const = target.at_least(bound, ring, r)
-                    cell = _clip(cell, sign * coef_budget * form[0],
-                                 sign * (coef_budget * form[1] + coef_p),
-                                 sign * (coef_budget * form[2] + const))
-                if _solid(cell, _area(polygon)):
-                    cells.append((size, cell))
+                    a_budget, a_p, a_ring = target.at_least(bound, r)
+                    cell.append((sign * a_budget * form[0], sign * (a_budget * form[1] + a_p),
+                                 sign * (a_budget * form[2] + a_ring), sign * a_budget * form[3] - a_budget))
+                found = _vertices(cell)
+                if found:
+                    cells.append((size, found))
         for size, cell in cells:
-            outcomes.extend(_outcome(target, size, _budget(form, b, p), p, b, ring, r) for b, p in cell)
+            outcomes.extend(_outcome(target, size, _budget(form, x), x[1], x[0], x[2], r) for x in cell)
     if not outcomes:
         return None
     keys = ("cap", "max_mamba_cache_size", "kv_tokens")
@@ -530,6 +543,4 @@ def _why_not(pool, launch, setting):
         return "the launch logged no hybrid state pool (a dense model, or a start that died first)"
     if bool(launch.get("draft_tokens")) != bool(setting.get("draft_tokens")):
         return "speculation on one side only: the draft's weights change the budget"
-    if setting.get("enable_linear_replayssm_spec") and not (pool or {}).get("replayssm_ring_gb"):
-        return "the launch logged no ReplaySSM ring, so its size per request is unknown"
     return "another mem_fraction_static: the budget moves with it"
