@@ -88,8 +88,9 @@ DEFAULT_SLOTS_PER_REQUEST = 5
 # Half a unit of the last printed digit (journal.py prints nothing itself; the release does).
 GB_HALF_UNIT = 0.005
 RING_GB_HALF_UNIT = 0.0005
-LEVERS = ("max_running_requests", "mamba_full_memory_ratio", "max_mamba_cache_size",
-          "enable_linear_replayssm_spec")
+# The state pool's own levers (the search's cap levers); lift may also move the request cap.
+POOL_LEVERS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_replayssm_spec")
+LEVERS = ("max_running_requests",) + POOL_LEVERS
 OVERRIDE_KEYS = ("cuda_graph_max_bs",) + LEVERS
 CONTEXT_KEYS = ("mem_fraction_static", "disable_radix_cache", "page_size")
 # lift's grid for mamba_full_memory_ratio: hundredths (see lift), up to RATIO_MAX.
@@ -411,9 +412,10 @@ def lift(pool, launched, draft_tokens, target, kv_need, allowed):
     """The levers, changed least, that give ``draft_tokens`` a running-request
     cap >= ``target`` and >= ``kv_need`` KV tokens (None or 0: any), by ``predict``.
 
-    The predictions take the overrides of ``launched`` that ``allowed`` does not name as they
-    are (its ``max_running_requests``, say); the levers it names start from SGLang's defaults
-    (unset). The least change: no lever if none is needed,
+    The predictions take ``launched``'s ``max_running_requests`` and ``cuda_graph_max_bs`` as
+    they are unless ``allowed`` names them; every state-pool lever starts from SGLang's default
+    (unset): one ``allowed`` does not name is one not to use (a lever the release or the greedy
+    check refused, say), whatever the launch ran with. The least change: no lever if none is needed,
     else the fewest levers, tried in ``allowed``'s order (one lever each in turn, then pairs,
     ...), each at its least value: ``max_running_requests`` = ``target``,
     ``enable_linear_replayssm_spec`` = True, ``max_mamba_cache_size`` = ``target`` x slots per
@@ -436,7 +438,7 @@ def lift(pool, launched, draft_tokens, target, kv_need, allowed):
     launched = dict(launched or {})
     context = dict((k, launched[k]) for k in CONTEXT_KEYS if launched.get(k) is not None)
     base = dict((k, v) for k, v in launched.items()
-                if k in OVERRIDE_KEYS and k not in levers and v is not None)
+                if k in OVERRIDE_KEYS and k not in levers and k not in POOL_LEVERS and v is not None)
 
     def predicted(overrides):
         return predict(pool, launched, dict(context, draft_tokens=draft_tokens, **overrides))

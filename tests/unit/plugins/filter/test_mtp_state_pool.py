@@ -204,6 +204,15 @@ def test_a_ring_no_launch_logged_is_bracketed_from_the_state(node):
     assert lo["cap"] <= truth["cap"] <= hi["cap"] and lo["kv_tokens"] <= truth["kv_tokens"] <= hi["kv_tokens"]
 
 
+def test_lift_leaves_a_pool_lever_it_may_not_use_off():
+    # a launch with the ring, whose ReplaySSM the greedy check refused: lifting again without it
+    where, replay, pool = _launch(node=1, draft_tokens=9, enable_linear_replayssm_spec=True)
+    got = msp.lift(pool, replay, 9, 48, 0, ["mamba_full_memory_ratio"])
+    assert list(got) == ["mamba_full_memory_ratio"]
+    assert _fits(where, replay, ["enable_linear_replayssm_spec"], 9, got, 48, 0)
+    assert msp.lift(pool, replay, 9, 48, 0, ["enable_linear_replayssm_spec"]) == {"enable_linear_replayssm_spec": True}
+
+
 def test_lift_turns_replayssm_on():
     where, launched, pool = _launch(node=1)
     plain = msp.lift(pool, launched, 9, 48, 0, ["enable_linear_replayssm_spec"])
