@@ -23,6 +23,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
     mtp_tune_complete, mtp_tune_cut_short, mtp_tune_next, mtp_tune_smoke_levels)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates, mtp_tune_levels
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_state_pool import mtp_tune_pool_predict
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
 
 
@@ -47,4 +48,5 @@ class FilterModule(object):
             "mtp_tune_node_fault": mtp_tune_node_fault,
             "mtp_tune_node_fault_message": mtp_tune_node_fault_message,
             "mtp_tune_numerics_plan": mtp_tune_numerics_plan,
+            "mtp_tune_pool_predict": mtp_tune_pool_predict,
         }

@@ -110,6 +110,7 @@ def sglang_service_result(wait, unit, unit_changed=False, action="none", rollbac
     for key in WAIT_FIELDS:
         out[key] = wait.get(key) if waited else None
     out["journal_tail"] = list(out["journal_tail"] or [])
+    out["pool"] = dict(out["pool"] or {})
     if waited:
         out["ready"] = bool(wait.get("ready"))
     out["rollback"] = action if action in ACTIONS else "none"

@@ -64,6 +64,10 @@ crash leaves several symptoms in one journal and the *cause* comes first in this
 ``cuda_oom``
     a CUDA out-of-memory error that is none of the above (e.g. while loading weights).
 ``timeout`` and ``unknown`` are decided by the caller (no line says "timeout"; nothing matched).
+
+``pool_facts`` reads the hybrid state pool a launch built (its size, the per-slot state, the KV
+pool and the running-request cap) from the same journal: the lines 0.5.23 logs while it sizes and
+builds its pools (see the function).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -290,3 +294,126 @@ def tail(lines, count):
 def hint(failure_class):
     """What to fix, in one sentence, for a failure class."""
     return HINTS.get(failure_class, HINTS["unknown"])
+
+
+# ----------------------------------------------------------------------------- pool facts
+# SGLang 0.5.23's lines about the pools of a launch (GB = 1 << 30 bytes, as the release divides):
+# srt/mem_cache/memory_pool.py MambaPool.__init__ (the speculative variant adds the two
+# intermediate sizes; the GDN ReplaySSM ring line follows it under --enable-linear-replayssm-spec),
+# MHATokenToKVPool._finalize_allocation_log (one line per pool: the target's and, with
+# EAGLE/MTP, the draft worker's, both of #tokens tokens; "dtype: ..," is absent from the sim),
+# srt/mem_cache/kv_cache_configurator.py resolve_max_num_reqs (the two cap warnings) and
+# srt/managers/scheduler.py (the rank-0 summary line). tests/contract checks them against the wheel.
+_NUM = r"(\d+(?:\.\d+)?)"
+_POOL_BANNER = re.compile(r"server_args=")
+_RANK_TAG = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d([^\]]*)\]")
+_MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: "
+                    + _NUM + r"GB, ssm_state size: " + _NUM + r"GB")
+_MAMBA_SPEC = re.compile(r"intermediate_ssm_state_cache size: " + _NUM + r"GB "
+                         r"intermediate_conv_window_cache size: " + _NUM + r"GB")
+_RING = re.compile(r"GDN ReplaySSM ring buffers allocated \(record_len=\d+, fold=\w+\): (.*)")
+_RING_PART = re.compile(r"\b(d|k|g|rawv|rawk|beta)=" + _NUM + r"GB")
+_KV = re.compile(r"KV Cache is allocated\. (?:dtype: [^,]+, )?#tokens: (\d+), "
+                 r"(?:K size: " + _NUM + r" GB, V size: " + _NUM + r" GB|KV size: " + _NUM + r" GB)")
+_SUMMARY = re.compile(r"max_total_num_tokens=(\d+), .*max_running_requests=(\d+), context_len=")
+_WARN_MAMBA_CAP = re.compile(r"max_running_requests is capped to (-?\d+) by the mamba state cache "
+                             r"\(max_mamba_cache_size=(\d+), (\d+) state slots per request\)")
+_WARN_KV_CAP = re.compile(r"max_running_requests was reduced from the requested (\d+) to (\d+) "
+                          r"\(per dp worker\) due to the available KV cache capacity")
+# The rounding of the printed sizes: half a unit of the last printed digit per figure.
+POOL_GB_HALF_UNIT = 0.005
+RING_GB_HALF_UNIT = 0.0005
+
+
+def _rank_key(line):
+    """The rank part of SGLang's ``[date time TP0]`` prefix ('' without one)."""
+    found = _RANK_TAG.search(line)
+    return found.group(1).strip() if found else ""
+
+
+def pool_facts(lines):
+    """The hybrid state pool of the last launch in ``lines`` (journal lines, oldest first).
+
+    The launch is what follows the last ``server_args=`` banner (the first line a start logs),
+    or all lines when there is none. Under tensor parallelism every rank logs its own (equal)
+    pools; the facts are TP0's (or the first rank's that logged the state pool). Within that
+    rank the last state-pool line wins, and the KV sizes are summed over its KV pool lines of
+    the same token count logged after that state-pool line (the target's and the draft's pool:
+    0.5.23's per-token budget covers both).
+
+    Returns {} when the launch logged no state pool (a dense model, or a start that died before
+    the pools were built); else the dict of the project's "Pool facts" shape: ``hybrid`` (True),
+    ``max_mamba_cache_size``, ``conv_gb``, ``ssm_gb``, ``intermediate_ssm_gb`` and
+    ``conv_window_gb`` (None without speculation), ``replayssm_ring_gb`` (the sum of the ring
+    buffers, None without the ring), ``kv_tokens``, ``kv_gb`` (K + V of every KV pool), the
+    effective ``max_running_requests`` (the scheduler's summary, else a cap warning's),
+    ``slots_per_request`` (from the mamba cap warning, else None) and ``capped_by`` ("mamba",
+    "kv" or None). ``kv_gb_figures`` counts the printed figures summed into ``kv_gb`` (each
+    rounded to 2 decimals) and ``replayssm_ring_figures`` those summed into the ring (3 decimals),
+    for the rounding bound of plugin_utils/mtp_state_pool.py.
+    """
+    lines = list(lines)
+    start = 0
+    for i, line in enumerate(lines):
+        if _POOL_BANNER.search(line):
+            start = i + 1
+    launch = lines[start:]
+    ranks = [_rank_key(line) for line in launch if _MAMBA.search(line)]
+    if not ranks:
+        return {}
+    rank = next((r for r in ranks if re.search(r"\bTP0\b", r)), ranks[0])
+    facts = {"hybrid": True, "max_mamba_cache_size": None, "conv_gb": None, "ssm_gb": None,
+             "intermediate_ssm_gb": None, "conv_window_gb": None, "replayssm_ring_gb": None,
+             "replayssm_ring_figures": 0, "kv_tokens": None, "kv_gb": None, "kv_gb_figures": 0,
+             "max_running_requests": None,
+             "slots_per_request": None, "capped_by": None}
+    at = [i for i, line in enumerate(launch) if _MAMBA.search(line) and _rank_key(line) == rank]
+    # Without a banner several launches may be in the lines: the sizing warnings of the last one
+    # come after the state-pool line before it (they precede its own, as the release sizes first).
+    earliest = at[-2] + 1 if len(at) > 1 else 0
+    summary_reqs = None
+    warned_reqs = None
+    for index in range(earliest, len(launch)):
+        line = launch[index]
+        mamba_cap = _WARN_MAMBA_CAP.search(line)
+        kv_cap = _WARN_KV_CAP.search(line)
+        summary = _SUMMARY.search(line)
+        if summary and index < at[-1]:
+            # the end of the launch before: what it warned is not this launch's
+            warned_reqs = None
+            facts["slots_per_request"] = facts["capped_by"] = None
+        elif mamba_cap:
+            warned_reqs = int(mamba_cap.group(1))
+            facts["slots_per_request"] = int(mamba_cap.group(3))
+            facts["capped_by"] = "mamba"
+        elif kv_cap:
+            warned_reqs = int(kv_cap.group(2))
+            facts["capped_by"] = "kv"
+        elif summary:
+            summary_reqs = int(summary.group(2))
+    for line in launch[at[-1]:]:
+        if _rank_key(line) != rank:
+            continue
+        found = _MAMBA.search(line)
+        if found:
+            spec = _MAMBA_SPEC.search(line)
+            facts.update({
+                "max_mamba_cache_size": int(found.group(1)), "conv_gb": float(found.group(2)),
+                "ssm_gb": float(found.group(3)),
+                "intermediate_ssm_gb": float(spec.group(1)) if spec else None,
+                "conv_window_gb": float(spec.group(2)) if spec else None})
+            continue
+        ring = _RING.search(line)
+        if ring:
+            parts = _RING_PART.findall(ring.group(1))
+            facts["replayssm_ring_gb"] = round(sum(float(v) for _k, v in parts), 6)
+            facts["replayssm_ring_figures"] = len(parts)
+            continue
+        kv = _KV.search(line)
+        if kv and facts["kv_tokens"] in (None, int(kv.group(1))):
+            sizes = [float(v) for v in kv.groups()[1:] if v is not None]
+            facts["kv_tokens"] = int(kv.group(1))
+            facts["kv_gb"] = round((facts["kv_gb"] or 0.0) + sum(sizes), 6)
+            facts["kv_gb_figures"] += len(sizes)
+    facts["max_running_requests"] = summary_reqs if summary_reqs is not None else warned_reqs
+    return facts

@@ -211,6 +211,25 @@ generated_tokens:
   description: Tokens the probe generate returned (V(0) when it did not run or failed).
   returned: always
   type: int
+pool:
+  description:
+    - The hybrid (linear-attention) state pool the launch built, read from its journal
+      (SGLang's C(Mamba Cache is allocated), C(KV Cache is allocated), cap warning and scheduler
+      summary lines; module_utils/journal.py C(pool_facts)); of the current invocation when
+      ready, else of the invocation that decided RV(failure_class). V({}) when the launch logged
+      no state pool (a dense model, or a start that died before its pools were built).
+    - Keys C(hybrid), C(max_mamba_cache_size), C(conv_gb), C(ssm_gb), C(intermediate_ssm_gb),
+      C(conv_window_gb), C(replayssm_ring_gb), C(kv_tokens), C(kv_gb), C(max_running_requests)
+      (the server's effective cap), C(slots_per_request) (from the cap warning, else V(null)),
+      C(capped_by) (V(mamba), V(kv) or V(null)), and C(kv_gb_figures) /
+      C(replayssm_ring_figures) (how many printed figures were summed, for the rounding bound of
+      plugins/plugin_utils/mtp_state_pool.py). Sizes in GB of 2^30 bytes, as SGLang prints them.
+  returned: always
+  type: dict
+  sample: {"hybrid": true, "max_mamba_cache_size": 51, "conv_gb": 0.13, "ssm_gb": 7.31,
+           "intermediate_ssm_gb": 6.19, "conv_window_gb": 0.05, "replayssm_ring_gb": null,
+           "replayssm_ring_figures": 0, "kv_tokens": 642365, "kv_gb": 15.92, "kv_gb_figures": 2,
+           "max_running_requests": 10, "slots_per_request": 5, "capped_by": "mamba"}
 ansible_facts:
   description: The same data under C(sglang_service_wait).
   returned: always
@@ -505,6 +524,11 @@ class Waiter:
         props = self.props
         if lines is None:
             lines = self.journal(self.p["journal_lines"]) if not ready else []
+        pool_lines = lines
+        if ready:
+            # The pools are logged early in a start: read the whole current invocation.
+            chain = self.run_chain(JOURNAL_ANALYSIS_LINES)
+            pool_lines = chain[-1][1] if chain else []
         data = {
             "ready": ready,
             "seconds": round(self.clock() - start, 3),
@@ -519,6 +543,7 @@ class Waiter:
             "invocation_ids": list(self.invocations),
             "health_status": self.health_status,
             "generated_tokens": self.generated_tokens,
+            "pool": journal.pool_facts(pool_lines),
         }
         data["port_holders"] = []
         if not ready:

@@ -102,6 +102,14 @@ def test_result_of_a_failed_start_rolled_back():
     assert stopped["rollback"] == "stop" and stopped["rollback_ready"] is None
 
 
+def test_result_carries_the_state_pool_of_the_wait():
+    pool = {"hybrid": True, "max_mamba_cache_size": 51, "max_running_requests": 10}
+    r = f.sglang_service_result({"ready": True, "pool": pool}, "sglang-qwen.service")
+    assert r["pool"] == pool
+    assert f.sglang_service_result(r, "sglang-qwen.service")["pool"] == pool
+    assert f.sglang_service_result(None, "sglang-qwen.service")["pool"] == {}
+
+
 def test_result_carries_an_earlier_result_over():
     wait = {"ready": False, "failure_class": "bad_args", "journal_tail": ["x"], "seconds": 3, "hint": "h"}
     first = f.sglang_service_result(wait, "sglang-qwen.service", True)

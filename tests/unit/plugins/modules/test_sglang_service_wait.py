@@ -109,6 +109,46 @@ def test_ready_after_loading():
     assert body["sampling_params"]["max_new_tokens"] == 4 and body["sampling_params"]["ignore_eos"] is True
 
 
+POOL_LINES = [
+    "[2026-12-02 15:00:00] server_args=ServerArgs(model_path='/models/Qwen3.5-122B-A10B', ...)",
+    "[2026-12-02 15:00:09 TP0] max_running_requests is capped to 10 by the mamba state cache (max_mamba_cache_size=51, "
+    "5 state slots per request). To raise it: increase --mamba-full-memory-ratio or --max-mamba-cache-size, or "
+    "halve the state size with --mamba-ssm-dtype bfloat16.",
+    "[2026-12-02 15:00:09 TP0] Mamba Cache is allocated. max_mamba_cache_size: 51, conv_state size: 0.13GB, "
+    "ssm_state size: 7.31GB intermediate_ssm_state_cache size: 6.19GB intermediate_conv_window_cache size: 0.05GB ",
+    "[2026-12-02 15:00:09 TP0] KV Cache is allocated. #tokens: 642365, K size: 7.96 GB, V size: 7.96 GB",
+    "[2026-12-02 15:00:20 TP0] max_total_num_tokens=642365, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+    "max_running_requests=10, context_len=262144, available_gpu_mem=9.00 GB",
+]
+
+
+def test_ready_returns_the_state_pool_of_the_current_invocation():
+    old = [line.replace("51", "77") for line in POOL_LINES]
+    node = FakeNode([{}], journal={"old": old, "inv1": POOL_LINES + ["filler"] * m.JOURNAL_SCAN_LINES})
+    data, _clock = wait(node)
+    assert data["ready"] is True
+    assert data["pool"]["max_mamba_cache_size"] == 51 and data["pool"]["max_running_requests"] == 10
+    assert data["pool"]["capped_by"] == "mamba" and data["pool"]["slots_per_request"] == 5
+    assert data["pool"]["kv_tokens"] == 642365 and data["pool"]["kv_gb"] == pytest.approx(15.92)
+
+
+def test_pool_is_empty_without_a_state_pool():
+    data, _clock = wait(FakeNode([{}], journal={"inv1": ["Load weight end."]}))
+    assert data["ready"] is True and data["pool"] == {}
+    node = FakeNode([{"ActiveState": "activating", "SubState": "auto-restart"}],
+                    journal={"inv1": KV_LINES}, health=[None])
+    data, _clock = wait(node)
+    assert data["failure_class"] == "oom_kv_cache" and data["pool"] == {}
+
+
+def test_a_failed_start_after_its_pools_returns_them():
+    lines = POOL_LINES[:-1] + ["[2026-12-02 15:00:12 TP0] Capture cuda graph failed: CUDA out of memory."]
+    node = FakeNode([{"ActiveState": "failed", "Result": "exit-code"}], journal={"inv1": lines}, health=[None])
+    data, _clock = wait(node)
+    assert data["failure_class"] == "cuda_graph_capture"
+    assert data["pool"]["max_mamba_cache_size"] == 51 and data["pool"]["max_running_requests"] == 10
+
+
 def test_health_alone_is_not_ready_when_no_tokens_come():
     # The MTP verify hang: /health_generate says 200 but generate returns nothing useful.
     node = FakeNode([{}], health=[200], tokens=0)
