@@ -789,7 +789,8 @@ def test_spec_defaults_and_normalisation():
     assert spec_from(None) == spec_from({}) == spec_from("") == TuneSpec(
         objective="latency", level=None, levels=(), slo_min_tps=None, slo_max_ttft_p99_ms=None, noise=0.015,
         strategy="climb", seed=3, probe_ends="high", fit_retry=False, fit_classes=None, max_launches=None,
-        remeasure_launches=0, noise_launches=0, verify_tolerance=0.05, converge=False)
+        remeasure_launches=0, noise_launches=0, verify_tolerance=0.05, converge=False,
+        cap_levers=(), kv_need=None)
     # what -e gives (strings) reads as what the inventory gives; null and empty take the default
     spec = spec_from({"objective": "slo", "level": "8", "levels": ["32", 1, 8, 8], "slo_min_tps": "60",
                       "slo_max_ttft_p99_ms": "1500.5", "noise": "0.02", "seed": None, "probe_ends": True,
