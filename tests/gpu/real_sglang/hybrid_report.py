@@ -364,8 +364,62 @@ def boundary_table(cmp_, fixture_dir):
     return "\n".join(rows)
 
 
+def predicted_rec(depth, fraction, argv=()):
+    """A start as sim_compare's inputs describe it, for the sim alone (no real start yet)."""
+    return {"meta": {"trim": "experts32", "depth": depth, "launch": 1, "fraction": None},
+            "mem": {"mem_fraction": fraction, "launch_argv": list(argv)}}
+
+
+def sim_boundary(hf_config, depth, total_mib, variant_argv=(), lo=0.05, hi=0.99, tol=0.001):
+    """The sim's failure boundary at one depth: (highest failing fraction, lowest starting one,
+    the failing plan's error kind and class), by bisection on --mem-fraction-static (the plan
+    starts above the boundary and fails below it). None when even ``hi`` fails or ``lo`` starts."""
+    def plan_at(f):
+        return sim_plan(predicted_rec(depth, round(f, 4)), hf_config, total_mib, variant_argv)
+    if "error" in plan_at(hi) or "error" not in plan_at(lo):
+        return None
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if "error" in plan_at(mid):
+            lo = mid
+        else:
+            hi = mid
+    failing = plan_at(lo)
+    return round(lo, 4), round(hi, 4), failing["error"], sim_failure_class(failing)
+
+
+def predict_table(hf_config, total_mib, depths, fraction=0.88):
+    """The sim's plan per depth for the served config on a card of ``total_mib``: what a real
+    start of device.sh hybrid is to be held against, per SIM_VARIANTS resolution."""
+    rows = ["| depth | sim no_buffer: slots / cap / KV tokens / intermediate GiB | boundary (fails / starts, class) "
+            "| sim 0.5.23: slots / cap | boundary |", "|---:|---|---|---|---|"]
+    for k in depths:
+        cells = []
+        for _name, argv in SIM_VARIANTS:
+            p = sim_plan(predicted_rec(k, fraction), hf_config, total_mib, argv)
+            b = sim_boundary(hf_config, k, total_mib, argv)
+            bnd = "" if b is None else "%.3f / %.3f (%s: %s)" % b
+            if "error" in p:
+                cells.append(("%s" % p["error"], bnd))
+                continue
+            inter = (p.get("mamba_intermediate_ssm_mib", 0.0) + p.get("mamba_conv_window_mib", 0.0)) / 1024.0
+            cells.append(("%s / %s / %s / %.2f" % (p["max_mamba_cache_size"], p["max_running_requests"],
+                                                   p["max_total_num_tokens"], inter), bnd))
+        nb, v23 = cells
+        rows.append("| %d | %s | %s | %s | %s |" % (k, nb[0], nb[1], " / ".join(v23[0].split(" / ")[:2]), v23[1]))
+    return "\n".join(rows)
+
+
 def main(argv=None):
     argv = argv if argv is not None else sys.argv[1:]
+    if argv and argv[0] == "--predict":
+        # --predict CONFIG MIB [DEPTHS...]: the sim's side alone, before any real start
+        with open(argv[1]) as f:
+            hf = json.load(f)
+        depths = [int(x) for x in argv[3:]] or [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
+        print("## experts32 on a %s MiB card, --mem-fraction-static 0.88: the sim's plan\n" % argv[2])
+        print(predict_table(hf, int(argv[2]), depths))
+        return
     fixture_dir = argv[0] if argv else os.path.join(HERE, "..", "..", "fixtures", "real-sglang", "hybrid")
     entries = load(fixture_dir)
     for trim in sorted(set(r["meta"]["trim"] for r in entries.values() if r["meta"])):

@@ -122,6 +122,9 @@ FAILURES = (
     ("weights_budget", "Loaded weights leave no GPU memory for the KV cache"),
     ("graph", "Capture cuda graph failed"),
     ("torch_oom", "CUDA out of memory"),
+    # mem_cache/kv_cache_configurator.py _handle_max_mamba_cache / resolve_max_num_reqs (hybrids)
+    ("hybrid_state", "Not enough GPU memory for hybrid (mamba/linear-attention) state cache"),
+    ("hybrid_reqs", "Hybrid (mamba/linear-attention) state cache is too small to serve any requests"),
 )
 READY = "The server is fired up and ready to roll!"
 
