@@ -19,11 +19,12 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import memory_check  # noqa: E402  pylint: disable=wrong-import-position
 from memory_check import parse_log  # noqa: E402  pylint: disable=wrong-import-position
 
 LABEL = re.compile(r"^hyb_(?P<trim>[a-z0-9]+)_s(?P<k>\d+)(?:_r(?P<r>\d+))?(?:_f(?P<f>[\d.]+))?$")
 HEADER = re.compile(r"entry=(?P<entry>\S+) depth=(?P<k>\d+) accept_pinned=(?P<acc>\S+) "
-                    r"mem_fraction=(?P<frac>[\d.]+) trim=(?P<trim>\S+)")
+                    r"mem_fraction=(?P<frac>[\d.]+) trim=(?P<trim>\S+)(?: args=(?P<args>.*))?")
 # mem_cache/memory_pool.py MambaPool.__init__ (0.5.17): "Mamba Cache is allocated.
 # max_mamba_cache_size: N, conv_state size: X GB, ssm_state size: Y GB [intermediate_ssm_state_cache
 # size: Z GB intermediate_conv_window_cache size: W GB]" (GB = 1024**3)
@@ -60,7 +61,8 @@ def parse_mem(text):
         m = HEADER.search(line)
         if m:
             out.update(entry=m.group("entry"), depth=int(m.group("k")), mem_fraction=float(m.group("frac")),
-                       accept_pinned=None if m.group("acc") == "none" else float(m.group("acc")))
+                       accept_pinned=None if m.group("acc") == "none" else float(m.group("acc")),
+                       launch_argv=(m.group("args") or "").split())
         m = MAMBA.search(line)
         if m:
             pools = out.setdefault("mamba", [])
@@ -199,8 +201,225 @@ def physics_table(entries, trim="experts32"):
     return "\n".join(rows)
 
 
+# --------------------------------------------------------------------------- the sim's plan, same config
+
+# Sim flags a start's own command line carries over (levers passed with RS_HYB_ARGS); the rest
+# (backends, ports, --load-format, --disable-prefill-cuda-graph) do not move the sim's pools.
+SIM_LEVERS = {"--enable-linear-replayssm-spec": 0, "--mamba-radix-cache-strategy": 1,
+              "--mamba-ssm-dtype": 1, "--max-running-requests": 1, "--max-mamba-cache-size": 1,
+              "--mamba-full-memory-ratio": 1, "--linear-replayssm-cache-len": 1}
+# The state-pool resolutions the sim is asked for: 0.5.17 on the text-only trim gives 3 slots per
+# request (README "What the releases' source says"), which the sim reproduces with no_buffer;
+# the sim's own resolution is 0.5.23's (extra_buffer, 5 slots, for this architecture).
+# (no_buffer runs without the overlap scheduler: arg_groups/mamba_hook.py validate_mamba_no_buffer.)
+SIM_VARIANTS = (("no_buffer", ("--mamba-radix-cache-strategy", "no_buffer", "--disable-overlap-schedule")),
+                ("0.5.23", ()))
+
+
+def levers(argv):
+    """The sim flags (SIM_LEVERS) of one start's launch argv, in order."""
+    out, i = [], 0
+    while i < len(argv):
+        n = SIM_LEVERS.get(argv[i])
+        if n is None:
+            i += 1
+            continue
+        out.extend(argv[i:i + 1 + n])
+        i += 1 + n
+    return out
+
+
+def gpu_total_mib(entries):
+    """nvidia-smi's memory.total of the card the starts ran on (any ready start's line)."""
+    for rec in entries.values():
+        if rec["mem"].get("smi_total_mib"):
+            return rec["mem"]["smi_total_mib"]
+    return None
+
+
+def sim_args(rec):
+    """memory_check's launch-args dict for one start (its depth and mem fraction)."""
+    k = rec["meta"]["depth"]
+    args = {"model_path": "hyb", "tp_size": 1, "mem_fraction_static": rec["mem"]["mem_fraction"],
+            "context_length": 4096, "cuda_graph_max_bs_decode": 32}
+    if k:
+        args.update(speculative_algorithm="NEXTN", speculative_num_steps=k, speculative_eagle_topk=1,
+                    speculative_num_draft_tokens=k + 1)
+    return args
+
+
+def sim_plan(rec, hf_config, total_mib, variant_argv=()):
+    """memory_check.sim_plan (model_from_hf_config + memory.plan) for one real start: the same
+    config, depth, fraction and levers, on a card of the real one's size."""
+    argv = list(variant_argv)
+    own = levers(rec["mem"].get("launch_argv") or [])
+    if "--mamba-radix-cache-strategy" in own:
+        argv = []
+    try:
+        return memory_check.sim_plan(sim_args(rec), hf_config, None, total_mib, argv + own)
+    except memory_check.server_args.ArgsError as exc:
+        return {"error": "bad_args", "message": "%s: %s" % (exc.exc_type, exc)}
+
+
+def _journal():
+    import server  # pylint: disable=import-outside-toplevel
+    server.import_collection()
+    from ansible_collections.blackwell.sglang.plugins.module_utils import journal  # pylint: disable=import-outside-toplevel
+    return journal
+
+
+def sim_failure_class(plan):
+    """The collection's class of the sim's start failure: its log line (launch_server.py prints
+    ``exc_type: message``) through journal.classify, as the role reads the sim's journal."""
+    if "error" not in plan:
+        return None
+    exc_type = memory_check.memory.OOMError.EXC_TYPES.get(plan["error"], "torch.OutOfMemoryError")
+    return _journal().classify(["%s: %s" % (exc_type, plan.get("message", ""))])[0]
+
+
+def real_failure_class(fixture_dir, label):
+    journal = _journal()
+    path = os.path.join(fixture_dir, "%s.log" % label)
+    if not os.path.exists(path):
+        path = os.path.join(fixture_dir, "mem_%s.txt" % label)
+    with open(path, errors="replace") as f:
+        return journal.classify(f.read().splitlines())
+
+
+def sim_compare(entries, hf_config, total_mib=None):
+    """Per start: the real figures beside the sim's plan for each SIM_VARIANTS resolution.
+    {label: {"real": {...}, "sim": {variant: {...} or {"error": kind}}}}."""
+    total_mib = total_mib or gpu_total_mib(entries)
+    out = {}
+    for label, rec in entries.items():
+        if not rec["meta"] or total_mib is None:
+            continue
+        mem = rec["mem"]
+        t, d = mem.get("target", {}), mem.get("draft", {})
+        pool = (mem.get("mamba") or [{}])[0]
+        real = {"ready": mem.get("ready"), "weights_gib": t.get("weights_gb"), "draft_weights_gib": d.get("weights_gb"),
+                "free_before_weights_gib": t.get("load_begin_avail_gb"), "slots": pool.get("slots"),
+                "state_gib": mem.get("state_gb"), "intermediate_gib": mem.get("intermediate_gb"),
+                "kv_tokens": mem.get("max_total_num_tokens", t.get("kv_tokens")),
+                "cap": mem.get("max_running_requests"), "slots_per_request": mem.get("state_slots_per_request")}
+        sims = {}
+        for name, argv in SIM_VARIANTS:
+            p = sim_plan(rec, hf_config, total_mib, argv)
+            if "error" in p:
+                sims[name] = {"error": p["error"], "class": sim_failure_class(p), "message": p.get("message")}
+                continue
+            sims[name] = {"weights_gib": p["weights_mib"] / 1024.0, "draft_weights_gib": p["draft_weights_mib"] / 1024.0,
+                          "free_before_weights_gib": p["avail_begin_mib"] / 1024.0,
+                          "slots": p["max_mamba_cache_size"],
+                          "state_gib": (p["mamba_conv_mib"] + p["mamba_ssm_mib"]) / 1024.0,
+                          "intermediate_gib": (p.get("mamba_intermediate_ssm_mib", 0.0)
+                                               + p.get("mamba_conv_window_mib", 0.0)) / 1024.0,
+                          "kv_tokens": p["max_total_num_tokens"], "cap": p["max_running_requests"],
+                          "slots_per_request": memory_check.memory.mamba_ratio(_strategy_of(argv, rec))}
+        out[label] = {"meta": rec["meta"], "real": real, "sim": sims}
+    return out
+
+
+def _strategy_of(argv, rec):
+    own = levers(rec["mem"].get("launch_argv") or [])
+    for seq in (own, list(argv)):
+        if "--mamba-radix-cache-strategy" in seq:
+            return {"mamba_radix_cache_strategy": seq[seq.index("--mamba-radix-cache-strategy") + 1],
+                    "disable_overlap_schedule": True}
+    return {"mamba_radix_cache_strategy": "extra_buffer"}
+
+
+def sim_table(cmp_, trim="experts32"):
+    rows = ["| start | slots real / sim nb / sim 23 | cap real / sim nb / sim 23 | KV tokens real / sim nb (diff) "
+            "| state GiB real / sim nb | intermediate GiB real / sim nb | weights GiB real / sim |",
+            "|---|---|---|---|---|---|---|"]
+    for label, c in sorted(cmp_.items(), key=lambda kv: (kv[1]["meta"]["depth"], kv[0])):
+        if c["meta"]["trim"] != trim or c["meta"]["fraction"] is not None:
+            continue
+        r, nb, v23 = c["real"], c["sim"]["no_buffer"], c["sim"]["0.5.23"]
+        kvd = memory_check.rel_diff(r["kv_tokens"], nb.get("kv_tokens"))
+        rows.append("| %s | %s / %s / %s | %s / %s / %s | %s / %s (%s) | %s / %s | %s / %s | %s / %s |" % (
+            label, _f(r["slots"]), _f(nb.get("slots", nb.get("error"))), _f(v23.get("slots", v23.get("error"))),
+            _f(r["cap"]), _f(nb.get("cap")), _f(v23.get("cap")),
+            _f(r["kv_tokens"]), _f(nb.get("kv_tokens")), "" if kvd is None else "%+.1f %%" % (100 * kvd),
+            _f(r["state_gib"]), _f(nb.get("state_gib")), _f(r["intermediate_gib"]), _f(nb.get("intermediate_gib")),
+            _f(r["weights_gib"]), _f(nb.get("weights_gib"))))
+    return "\n".join(rows)
+
+
+def boundary_table(cmp_, fixture_dir):
+    rows = ["| start | fraction | real: ready / class | sim no_buffer | sim 0.5.23 |", "|---|---:|---|---|---|"]
+    for label, c in sorted(cmp_.items(), key=lambda kv: (kv[1]["meta"]["depth"], kv[1]["meta"]["fraction"] or 1)):
+        if c["meta"]["fraction"] is None:
+            continue
+        real_cls = "" if c["real"]["ready"] else real_failure_class(fixture_dir, label)[0]
+        cells = []
+        for name, _argv in SIM_VARIANTS:
+            sim = c["sim"][name]
+            cells.append("%s (%s)" % (sim["error"], sim["class"]) if "error" in sim
+                         else "starts, cap %s" % sim["cap"])
+        rows.append("| %s | %s | %s | %s | %s |" % (label, c["meta"]["fraction"],
+                                                    "ready" if c["real"]["ready"] else "fails: %s" % real_cls,
+                                                    cells[0], cells[1]))
+    return "\n".join(rows)
+
+
+def predicted_rec(depth, fraction, argv=()):
+    """A start as sim_compare's inputs describe it, for the sim alone (no real start yet)."""
+    return {"meta": {"trim": "experts32", "depth": depth, "launch": 1, "fraction": None},
+            "mem": {"mem_fraction": fraction, "launch_argv": list(argv)}}
+
+
+def sim_boundary(hf_config, depth, total_mib, variant_argv=(), lo=0.05, hi=0.99, tol=0.001):
+    """The sim's failure boundary at one depth: (highest failing fraction, lowest starting one,
+    the failing plan's error kind and class), by bisection on --mem-fraction-static (the plan
+    starts above the boundary and fails below it). None when even ``hi`` fails or ``lo`` starts."""
+    def plan_at(f):
+        return sim_plan(predicted_rec(depth, round(f, 4)), hf_config, total_mib, variant_argv)
+    if "error" in plan_at(hi) or "error" not in plan_at(lo):
+        return None
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if "error" in plan_at(mid):
+            lo = mid
+        else:
+            hi = mid
+    failing = plan_at(lo)
+    return round(lo, 4), round(hi, 4), failing["error"], sim_failure_class(failing)
+
+
+def predict_table(hf_config, total_mib, depths, fraction=0.88):
+    """The sim's plan per depth for the served config on a card of ``total_mib``: what a real
+    start of device.sh hybrid is to be held against, per SIM_VARIANTS resolution."""
+    rows = ["| depth | sim no_buffer: slots / cap / KV tokens / intermediate GiB | boundary (fails / starts, class) "
+            "| sim 0.5.23: slots / cap | boundary |", "|---:|---|---|---|---|"]
+    for k in depths:
+        cells = []
+        for _name, argv in SIM_VARIANTS:
+            p = sim_plan(predicted_rec(k, fraction), hf_config, total_mib, argv)
+            b = sim_boundary(hf_config, k, total_mib, argv)
+            bnd = "" if b is None else "%.3f / %.3f (%s: %s)" % b
+            if "error" in p:
+                cells.append(("%s" % p["error"], bnd))
+                continue
+            inter = (p.get("mamba_intermediate_ssm_mib", 0.0) + p.get("mamba_conv_window_mib", 0.0)) / 1024.0
+            cells.append(("%s / %s / %s / %.2f" % (p["max_mamba_cache_size"], p["max_running_requests"],
+                                                   p["max_total_num_tokens"], inter), bnd))
+        nb, v23 = cells
+        rows.append("| %d | %s | %s | %s | %s |" % (k, nb[0], nb[1], " / ".join(v23[0].split(" / ")[:2]), v23[1]))
+    return "\n".join(rows)
+
+
 def main(argv=None):
     argv = argv if argv is not None else sys.argv[1:]
+    if argv and argv[0] == "--predict":
+        # --predict CONFIG MIB [DEPTHS...]: the sim's side alone, before any real start
+        with open(argv[1]) as f:
+            hf = json.load(f)
+        depths = [int(x) for x in argv[3:]] or [0, 1, 2, 3, 4, 5, 6, 8, 10, 12]
+        print("## experts32 on a %s MiB card, --mem-fraction-static 0.88: the sim's plan\n" % argv[2])
+        print(predict_table(hf, int(argv[2]), depths))
+        return
     fixture_dir = argv[0] if argv else os.path.join(HERE, "..", "..", "fixtures", "real-sglang", "hybrid")
     entries = load(fixture_dir)
     for trim in sorted(set(r["meta"]["trim"] for r in entries.values() if r["meta"])):
@@ -217,6 +436,14 @@ def main(argv=None):
         if rec["meta"] and rec["meta"]["fraction"] is not None:
             mem = rec["mem"]
             print("boundary %s: ready=%s failure=%s" % (label, mem.get("ready"), mem.get("failure")))
+    cfg_path = os.path.join(fixture_dir, "config_experts32.json")
+    if os.path.exists(cfg_path) and gpu_total_mib(entries):
+        with open(cfg_path) as f:
+            cmp_ = sim_compare(entries, json.load(f))
+        print("\n## experts32: real vs the sim's plan (same config.json, %d MiB card)\n" % gpu_total_mib(entries))
+        print(sim_table(cmp_))
+        print()
+        print(boundary_table(cmp_, fixture_dir))
 
 
 if __name__ == "__main__":

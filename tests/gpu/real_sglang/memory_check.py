@@ -122,6 +122,9 @@ FAILURES = (
     ("weights_budget", "Loaded weights leave no GPU memory for the KV cache"),
     ("graph", "Capture cuda graph failed"),
     ("torch_oom", "CUDA out of memory"),
+    # mem_cache/kv_cache_configurator.py _handle_max_mamba_cache / resolve_max_num_reqs (hybrids)
+    ("hybrid_state", "Not enough GPU memory for hybrid (mamba/linear-attention) state cache"),
+    ("hybrid_reqs", "Hybrid (mamba/linear-attention) state cache is too small to serve any requests"),
 )
 READY = "The server is fired up and ready to roll!"
 
@@ -332,18 +335,20 @@ def draft_hf_config(fixture_dir, args, target_hf, meta_entry=None):
 
 # --------------------------------------------------------------------------- the sim's side
 
-def sim_plan(args, target_hf, draft_hf=None, gpu_memory_mib=GPU_MEMORY_MIB):
+def sim_plan(args, target_hf, draft_hf=None, gpu_memory_mib=GPU_MEMORY_MIB, extra_argv=()):
     """memory.plan for these flags and configs, as the sim's launch_server computes it
-    (server_args.resolve, capture_batch_sizes, memory.plan). Returns the plan dict plus
+    (server_args.resolve, capture_batch_sizes, memory.plan); ``extra_argv``: more sim flags
+    (a lever such as ``--mamba-radix-cache-strategy no_buffer``). Returns the plan dict plus
     kv_gb_target (the target pool's share of the KV bytes); an OOMError gives
     {"error": kind, "message": ...} with the partial plan."""
     gpu = config.gpus({"profile": SIM_PROFILE, "gpu_memory_mib": gpu_memory_mib, "gpu_count": 1})[0]
     model = config.model_from_hf_config(target_hf)
     draft = config.model_from_hf_config(draft_hf) if draft_hf is not None else None
     try:
-        ns = server_args.parse(sim_argv(args))
+        ns = server_args.parse(sim_argv(args) + list(extra_argv))
     except SystemExit as exc:
-        return {"error": "bad_args", "message": "sim parser exited %s on %s" % (exc.code, sim_argv(args))}
+        return {"error": "bad_args", "message": "sim parser exited %s on %s" % (
+            exc.code, sim_argv(args) + list(extra_argv))}
     resolved, _warnings = server_args.resolve(ns, gpu["memory_mib"], model=model)
     spec = resolved.get("speculative_algorithm") is not None
     capture = server_args.capture_batch_sizes(resolved["cuda_graph_max_bs_decode"], spec)
