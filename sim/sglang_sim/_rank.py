@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from sglang_sim import _proc, shm
+from sglang_sim import _proc, adaptive, shm
 
 CUDA_GRAPH_CAPTURE_FAILED_MSG = (
     "Possible solutions:\n"
@@ -153,11 +153,22 @@ class _Rank(object):
                 if fail and fail["kind"] == "graph":
                     raise _CaptureFailed("Capture cuda graph failed: %s\n%s"
                                          % (fail["message"], CUDA_GRAPH_CAPTURE_FAILED_MSG))
-                self.publish(self.used + plan["graph_mib"] * share)
+                self.publish(self.used + plan.get("startup_graph_mib", plan["graph_mib"]) * share)
                 self.log("Capture %s CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, "
                          "avail mem=%.2f GB." % (name, plan["capture_bs"],
                                                  (time.time() - t0) / self.scale,
                                                  _gb(before - self.avail()), _gb(self.avail())))
+            # eagle_worker_v2.py init_cuda_graphs -> AdaptiveController.init_states: one runtime
+            # state per other candidate step, each with its own graphs.
+            for state in plan.get("adaptive_states", []):
+                before = self.avail()
+                t0 = time.time()
+                self.sleep(load * 0.05)
+                self.publish(self.used + state["graph_mib"])
+                if self.rank == 0:
+                    self.log(adaptive.MSG_BUILT.format(steps=state["steps"],
+                                                       elapsed=(time.time() - t0) / self.scale,
+                                                       mem=_gb(before - self.avail())))
         if self.rank == 0:
             self.log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=16384, "
                      "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"
