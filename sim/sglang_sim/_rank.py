@@ -137,6 +137,9 @@ class _Rank(object):
         self.log("KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB"
                  % (plan["max_total_num_tokens"], half, half))
         self.log("Memory pool end. avail mem=%.2f GB" % _gb(self.avail()))
+        if plan.get("adaptive_init_line") and self.rank == 0:
+            # eagle_worker_v2.py EAGLEWorkerV2.__init__: AdaptiveSpeculativeParams, before the graphs
+            self.log(plan["adaptive_init_line"])
         if not cfg["disable_cuda_graph"]:
             # The target's verify (or decode) graphs, then, with speculation, the draft's.
             phases = [("target verify" if plan["speculative"] else "target decode",

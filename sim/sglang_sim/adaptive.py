@@ -233,7 +233,7 @@ class AdaptiveParams(object):
     """adaptive_spec_params.py AdaptiveSpeculativeParams: one StepSlot per integer key, each
     with the shared (non-digit) settings under its own; routes a batch size to a slot."""
 
-    def __init__(self, initial_steps, cfg_path=None, log=None):
+    def __init__(self, initial_steps, cfg_path=None, log=None, log_init=True):
         cfg, entries = load_config(cfg_path)
         self.bs_list = sorted(entries)
         self.slots = {}
@@ -245,7 +245,7 @@ class AdaptiveParams(object):
         first = self.slots[self.bs_list[0]]
         self.init_line = MSG_INITIALIZED.format(steps=first.current_steps,
                                                 candidates=first.candidate_steps)
-        if log is not None:
+        if log is not None and log_init:
             log(self.init_line)
 
     @property

@@ -304,12 +304,12 @@ class Launcher(object):
         drift = s["replayssm_drift"] if perf.replayssm_acts(model, a) else 0.0
         policy = None
         if spec and a.get("speculative_adaptive"):
-            # eagle_worker_v2.py EAGLEWorkerV2.__init__ builds AdaptiveSpeculativeParams (its
-            # init line), init_cuda_graphs hands it --cuda-graph-bs-decode (None with graphs
-            # off) for the routing's padding.
+            # eagle_worker_v2.py EAGLEWorkerV2.__init__ builds AdaptiveSpeculativeParams (rank 0
+            # logged its init line before the graphs), init_cuda_graphs hands it
+            # --cuda-graph-bs-decode (None with graphs off) for the routing's padding.
             prefix = " TP0" if tp > 1 else ""
             policy = adaptive.AdaptiveParams(a["speculative_num_steps"], a.get("speculative_adaptive_config"),
-                                             log=lambda msg: _proc.log(msg, prefix))
+                                             log=lambda msg: _proc.log(msg, prefix), log_init=False)
             policy.set_cuda_graph_bs(None if a["disable_cuda_graph"] else a.get("cuda_graph_bs_decode"))
         self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],

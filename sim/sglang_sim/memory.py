@@ -515,6 +515,8 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None
     reqs, warns = resolve_max_num_reqs(p, args, tokens, context_len, hybrid)
     p["warnings"].extend(warns)
     p["max_running_requests"] = reqs
+    if candidates:
+        p["adaptive_init_line"] = adaptive.AdaptiveParams(steps, args.get("speculative_adaptive_config")).init_line
     # The pools are built after the sizing (and its warnings): MambaPool's own lines.
     p["mamba_log"] = mamba_log_lines(model, args, p) if hybrid else []
 
