@@ -78,9 +78,11 @@ def main():
                 out = perf.adaptive_run(level, policy, alpha, factor, cap, rng=random.Random(seed))
                 runs.append(out)
             tps = statistics.median(r["tps"] for r in runs)
-            if level == 1:
-                tps = tps  # one request: aggregate = per request
-            mostly = max(runs[0]["steps"].items(), key=lambda kv: kv[1])[0]
+            spent = {}
+            for run in runs:
+                for step, count in run["steps"].items():
+                    spent[step] = spent.get(step, 0) + count
+            mostly = max(spent.items(), key=lambda kv: kv[1])[0]
             print("%4d  %8.0f (%d)%11s  %8.0f (%d)%19s  %.3f" % (level, best_v, best, "", tps, mostly, "", tps / best_v))
 
 
