@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from sglang_sim import _proc, shm
+from sglang_sim import _proc, adaptive, shm
 
 CUDA_GRAPH_CAPTURE_FAILED_MSG = (
     "Possible solutions:\n"
@@ -137,6 +137,9 @@ class _Rank(object):
         self.log("KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB"
                  % (plan["max_total_num_tokens"], half, half))
         self.log("Memory pool end. avail mem=%.2f GB" % _gb(self.avail()))
+        if plan.get("adaptive_init_line") and self.rank == 0:
+            # eagle_worker_v2.py EAGLEWorkerV2.__init__: AdaptiveSpeculativeParams, before the graphs
+            self.log(plan["adaptive_init_line"])
         if not cfg["disable_cuda_graph"]:
             # The target's verify (or decode) graphs, then, with speculation, the draft's.
             phases = [("target verify" if plan["speculative"] else "target decode",
@@ -153,11 +156,22 @@ class _Rank(object):
                 if fail and fail["kind"] == "graph":
                     raise _CaptureFailed("Capture cuda graph failed: %s\n%s"
                                          % (fail["message"], CUDA_GRAPH_CAPTURE_FAILED_MSG))
-                self.publish(self.used + plan["graph_mib"] * share)
+                self.publish(self.used + plan.get("startup_graph_mib", plan["graph_mib"]) * share)
                 self.log("Capture %s CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, "
                          "avail mem=%.2f GB." % (name, plan["capture_bs"],
                                                  (time.time() - t0) / self.scale,
                                                  _gb(before - self.avail()), _gb(self.avail())))
+            # eagle_worker_v2.py init_cuda_graphs -> AdaptiveController.init_states: one runtime
+            # state per other candidate step, each with its own graphs.
+            for state in plan.get("adaptive_states", []):
+                before = self.avail()
+                t0 = time.time()
+                self.sleep(load * 0.05)
+                self.publish(self.used + state["graph_mib"])
+                if self.rank == 0:
+                    self.log(adaptive.MSG_BUILT.format(steps=state["steps"],
+                                                       elapsed=(time.time() - t0) / self.scale,
+                                                       mem=_gb(before - self.avail())))
         if self.rank == 0:
             self.log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=16384, "
                      "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"

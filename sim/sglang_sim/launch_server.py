@@ -20,7 +20,7 @@ import sys
 import time
 
 import sglang_sim
-from sglang_sim import _proc, config, memory, perf, server_args, shm
+from sglang_sim import _proc, adaptive, config, memory, perf, server_args, shm
 from sglang_sim.scheduler import Scheduler
 from sglang_sim.server import Server
 
@@ -238,6 +238,9 @@ class Launcher(object):
         context_len = a["context_length"] or model["context_length"]
         spec = a["speculative_algorithm"] is not None
         capture_bs = server_args.capture_batch_sizes(a["cuda_graph_max_bs_decode"], spec)
+        if a.get("cuda_graph_bs_decode"):
+            # cuda_graph_hook.py parse_cuda_graph_config: an explicit list replaces the default.
+            capture_bs = sorted(set(a["cuda_graph_bs_decode"]))
         plan0 = None
         instance_id = shm.new_instance_id()
         for rank in range(tp):
@@ -299,10 +302,20 @@ class Launcher(object):
         # sim's replay is exact; this knob stands in for a kernel that is not, so that the
         # tuner's greedy check before adopting the lever can be seen to refuse it.
         drift = s["replayssm_drift"] if perf.replayssm_acts(model, a) else 0.0
+        policy = None
+        if spec and a.get("speculative_adaptive"):
+            # eagle_worker_v2.py EAGLEWorkerV2.__init__ builds AdaptiveSpeculativeParams (rank 0
+            # logged its init line before the graphs), init_cuda_graphs hands it
+            # --cuda-graph-bs-decode (None with graphs off) for the routing's padding.
+            prefix = " TP0" if tp > 1 else ""
+            policy = adaptive.AdaptiveParams(a["speculative_num_steps"], a.get("speculative_adaptive_config"),
+                                             log=lambda msg: _proc.log(msg, prefix), log_init=False)
+            policy.set_cuda_graph_bs(None if a["disable_cuda_graph"] else a.get("cuda_graph_bs_decode"))
         self.sched = Scheduler(mrr, a["speculative_num_steps"], a["speculative_num_draft_tokens"],
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],
                                context_len, log_prefix=" TP0" if tp > 1 else "",
-                               cuda_graph=not a["disable_cuda_graph"], greedy_drift=drift)
+                               cuda_graph=not a["disable_cuda_graph"], greedy_drift=drift,
+                               adaptive=policy)
         self.sched.start()
         self.srv = Server(a, self.sched, s, plan0, time.time())
         uvicorn_log("INFO:     Started server process [%d]" % os.getpid())

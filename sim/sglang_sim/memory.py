@@ -31,6 +31,8 @@ There is no speculative-buffer charge against the KV budget: 0.5.23 has none.
 
 import math
 
+from sglang_sim import adaptive
+
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 # CUDA context + cuBLAS/NCCL workspaces that a rank holds before loading weights (measured
@@ -336,7 +338,7 @@ def mamba_log_lines(model, args, p):
     replay = replayssm_active(model, args)
     lines = []
     if p["speculative"]:
-        d = p["draft_tokens"]
+        d = p.get("pool_draft_tokens") or p["draft_tokens"]
         ssm_b = SSM_DTYPE_BYTES[args.get("mamba_ssm_dtype") or "float32"]
         inter = 0 if replay else layers * slots * d * hv * v_dim * k_dim * ssm_b
         width = model["linear_conv_kernel_dim"] - 1
@@ -391,6 +393,30 @@ def resolve_max_num_reqs(p, args, tokens, context_len, hybrid):
     return reqs, warnings
 
 
+def graph_state_mib(capture_bs, per_slot_tokens):
+    """Capture memory of one set of decode graphs (sim calibration: 0.5.23 measures it)."""
+    if not capture_bs:
+        return 0.0
+    return GRAPH_BASE_MIB + GRAPH_MIB_PER_SLOT_TOKEN * max(capture_bs) * per_slot_tokens
+
+
+def adaptive_graph_states(args, initial_steps, startup_bs, reqs):
+    """The runtime states adaptive builds after the startup graphs (adaptive.runtime_states,
+    eagle_worker_v2.py build_adaptive_runtime_state): per other candidate step its own draft,
+    verify and draft-extend graphs at steps + 1 draft tokens, over the startup list when no
+    --cuda-graph-bs-decode was given, else over the pruned list clamped to the request pool
+    (get_batch_sizes_to_capture), none when the pruned list is empty (captured eagerly)."""
+    out = []
+    for step, bs, startup in adaptive.runtime_states(
+            initial_steps, args.get("speculative_adaptive_config"), args.get("cuda_graph_bs_decode")):
+        if startup:
+            continue
+        captured = list(startup_bs) if bs is None else (capture_sizes(bs, reqs) if bs else [])
+        out.append({"steps": step, "capture_bs": captured,
+                    "graph_mib": graph_state_mib(captured, 2 * step + 1)})
+    return out
+
+
 def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None):
     """Memory plan of one rank. Returns a dict; raises OOMError when init would fail.
 
@@ -414,9 +440,15 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None
     context_len = args.get("context_length") or model["context_length"]
     if capture_bs is None:
         capture_bs = [args["cuda_graph_max_bs_decode"]]
+    candidates = args.get("_adaptive_candidate_steps") if spec and args.get("speculative_adaptive") else None
+    # spec_info.py resolve_max_speculative_num_draft_tokens: under adaptive the state pool (and
+    # its per-draft-token scratch) is sized for the deepest candidate, whatever step is in force.
+    pool_draft_tokens = adaptive.max_draft_tokens(candidates) if candidates else draft_tokens
 
     p = {"total_mib": total, "mem_fraction_static": frac, "speculative": spec,
-         "draft_tokens": draft_tokens, "cuda_graph_max_bs": args["cuda_graph_max_bs_decode"],
+         "draft_tokens": draft_tokens, "pool_draft_tokens": pool_draft_tokens,
+         "adaptive_candidate_steps": candidates, "adaptive_states": [],
+         "cuda_graph_max_bs": args["cuda_graph_max_bs_decode"],
          "warnings": [], "mamba_mib": 0.0, "mamba_intermediate_mib": 0.0,
          "mamba_conv_mib": 0.0, "mamba_ssm_mib": 0.0, "replayssm_fixed_mib": 0.0, "mamba_log": [],
          "max_mamba_cache_size": 0, "kv_mib": 0.0, "max_total_num_tokens": 0,
@@ -449,7 +481,7 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None
         per_req = conv + ssm
         p["mamba_cache_per_req_mib"] = per_req / MIB
         before = rest_gb
-        rest_gb = _handle_max_mamba_cache(p, args, model, rest_gb, per_req, spec, draft_tokens, mrr)
+        rest_gb = _handle_max_mamba_cache(p, args, model, rest_gb, per_req, spec, pool_draft_tokens, mrr)
         p["mamba_mib"] = (before - rest_gb) * 1024
         slots = p["max_mamba_cache_size"] + 1
         p["mamba_conv_mib"] = slots * conv / MIB
@@ -483,6 +515,8 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None
     reqs, warns = resolve_max_num_reqs(p, args, tokens, context_len, hybrid)
     p["warnings"].extend(warns)
     p["max_running_requests"] = reqs
+    if candidates:
+        p["adaptive_init_line"] = adaptive.AdaptiveParams(steps, args.get("speculative_adaptive_config")).init_line
     # The pools are built after the sizing (and its warnings): MambaPool's own lines.
     p["mamba_log"] = mamba_log_lines(model, args, p) if hybrid else []
 
@@ -495,8 +529,11 @@ def plan(gpu, model, args, draft_model=None, other_used_mib=0.0, capture_bs=None
     if graphs_on:
         p["capture_bs"] = capture_sizes(capture_bs, reqs)
         per_slot_tokens = (draft_tokens + steps) if spec else 1
-        p["graph_mib"] = GRAPH_BASE_MIB + GRAPH_MIB_PER_SLOT_TOKEN * max(p["capture_bs"]) \
-            * per_slot_tokens
+        p["graph_mib"] = graph_state_mib(p["capture_bs"], per_slot_tokens)
+        p["startup_graph_mib"] = p["graph_mib"]
+        if candidates:
+            p["adaptive_states"] = adaptive_graph_states(args, steps, p["capture_bs"], reqs)
+            p["graph_mib"] += sum(st["graph_mib"] for st in p["adaptive_states"])
         if p["graph_mib"] + GRAPH_SAFETY_MIB > p["avail_after_pool_mib"]:
             raise OOMError("graph", _oom_text(p["graph_mib"] + GRAPH_SAFETY_MIB,
                                               gpu.get("index", 0), total,

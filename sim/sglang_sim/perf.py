@@ -30,6 +30,7 @@ within +-5% and the shape: steps 4 best at C=1, steps 3 best aggregate at C=32.
 """
 
 import math
+import random
 
 T0 = 15.345
 TD = 0.0076
@@ -135,6 +136,33 @@ def aggregate_tps(concurrency, steps, alpha=ALPHA_SYNTHETIC, factor=1.0,
     """Steady-state decode tok/s summed over all requests; beyond the cap requests queue."""
     batch = min(concurrency, max_running_requests)
     return batch * per_request_tps(batch, steps, alpha, factor, max_running_requests)
+
+
+def adaptive_run(concurrency, policy, alpha=ALPHA_SYNTHETIC, factor=1.0, max_running_requests=48,
+                 decode_steps=2000, rng=None):
+    """An adaptive server (``policy``: a fresh adaptive.AdaptiveParams) decoding ``concurrency``
+    requests for ``decode_steps`` steps, as scheduler.py runs it: before each step the routed
+    slot's step is put in force (eagle_worker_v2.py activate_step_by_batch), the step takes
+    step_time_ms at that step, each request gains 1 + its accepted drafts (drawn with ``rng``,
+    a seeded random.Random), and the drafts go back to the slot (on_verify_complete), which may
+    switch the step for the next one. Beyond the cap requests queue, as in aggregate_tps.
+
+    Returns {"tps": aggregate tok/s over the run (warm-up included), "steps": {step: decode
+    steps run at it}, "final": the step in force at the end}."""
+    rng = rng or random.Random(0)
+    batch = min(concurrency, max_running_requests)
+    tokens = 0
+    ms = 0.0
+    spent = {}
+    for _i in range(decode_steps):
+        steps = policy.steps_for_batch(batch)
+        spent[steps] = spent.get(steps, 0) + 1
+        ms += step_time_ms(batch, steps, factor)
+        correct = [draw_accepted(rng, steps, alpha) for _r in range(batch)]
+        tokens += batch + sum(correct)
+        policy.on_verify_complete(correct, batch)
+    return {"tps": tokens / ms * 1000.0 if ms else 0.0, "steps": spent,
+            "final": policy.steps_for_batch(batch)}
 
 
 def draw_accepted(rng, steps, alpha):

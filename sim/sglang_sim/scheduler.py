@@ -19,7 +19,7 @@ import hashlib
 import random
 import time
 
-from sglang_sim import _proc, perf, tokenizer
+from sglang_sim import _proc, adaptive, perf, tokenizer
 
 DECODE_LOG_INTERVAL = 40  # SGLang's --decode-log-interval default
 
@@ -88,7 +88,7 @@ class Request(object):
         "natural_len", "output_ids", "text", "ids_str", "verify_ct", "correct_drafts",
         "hist", "created", "first_token_at", "last_token_at", "finished", "finish_reason",
         "sink", "done", "rng", "log_metrics", "cached_tokens", "stop_ids", "aborted", "streaming",
-        "greedy", "gstate", "drift_at", "n_drawn",
+        "greedy", "gstate", "drift_at", "n_drawn", "proposed_drafts",
     )
 
     def __init__(self, rid, input_ids, max_new, ignore_eos, temperature,
@@ -123,6 +123,7 @@ class Request(object):
         self.ids_str = ""
         self.verify_ct = 0
         self.correct_drafts = 0
+        self.proposed_drafts = 0
         self.hist = [0] * (steps + 1)
         self.created = time.time()
         self.first_token_at = None
@@ -151,8 +152,14 @@ class Request(object):
 class Scheduler(object):
     def __init__(self, max_running_requests, steps, draft_tokens, token_capacity,
                  factor, time_scale, seed, context_len, log_prefix="", cuda_graph=True,
-                 greedy_drift=0.0):
+                 greedy_drift=0.0, adaptive=None):
         self.mrr = max_running_requests
+        # --speculative-adaptive: an adaptive.AdaptiveParams whose routed slot sets the step in
+        # force before each decode step and hears its verify results after it.
+        self.adaptive = adaptive
+        self.spec = bool(steps) or adaptive is not None
+        self.step_changes = []  # (decode step index, old, new): the switches, in order
+        self.decode_steps = 0
         # Fraction of greedy prompts the replayssm-drift fault makes diverge (drift_point);
         # launch_server sets it only where --enable-linear-replayssm-spec acts.
         self.greedy_drift = greedy_drift
@@ -191,7 +198,8 @@ class Scheduler(object):
         self.last_receive = time.time()
         self.log_prefix = log_prefix
         self.cuda_graph = cuda_graph
-        self.window_spec = [0, 0, 0]  # accepted tokens, verify forwards, correct drafts
+        # accepted tokens, verify forwards, correct drafts, proposed drafts
+        self.window_spec = [0, 0, 0, 0]
         self.wedged = False
 
     def wedge(self):
@@ -310,6 +318,9 @@ class Scheduler(object):
             if not self.running:
                 continue
             batch = len(self.running)
+            if self.adaptive is not None:
+                # eagle_worker_v2.py forward_batch_generation -> activate_step_by_batch.
+                self._activate(self.adaptive.steps_for_batch(batch))
             ms = perf.noisy(self.rng, perf.step_time_ms(batch, self.steps, self.factor))
             deadline = max(deadline, time.monotonic() - 0.05) + ms / 1000.0 * self.scale
             await self._sleep_until(deadline)
@@ -317,26 +328,41 @@ class Scheduler(object):
             self.last_receive = now
             steps = self.steps
             step_tokens = 0
+            correct = []
             for req in list(self.running):
                 if req.finished:
                     continue
                 acc = perf.draw_accepted(req.rng, steps, req.alpha) if steps else 0
                 n = 1 + acc
                 ids = [self._next_token(req) for _i in range(n)]
-                if steps:
+                if self.spec:
+                    # At steps 0 (adaptive) the verify still runs, on the bonus token alone
+                    # (eagle_worker_v2.py _build_trivial_verify_input): accept length 1.
+                    correct.append(acc)
                     req.verify_ct += 1
                     req.correct_drafts += acc
+                    req.proposed_drafts += steps
+                    if acc >= len(req.hist):
+                        req.hist.extend([0] * (acc + 1 - len(req.hist)))
                     req.hist[acc] += 1
                     ws = self.window_spec
                     ws[0] += n
                     ws[1] += 1
                     ws[2] += acc
+                    ws[3] += steps
                     if req.log_metrics:
                         self.spec_accepted_tokens += n
                         self.spec_verify_forwards += 1
                 step_tokens += n
                 self._emit(req, ids, now)
             self.running = [r for r in self.running if not r.finished]
+            self.decode_steps += 1
+            if self.adaptive is not None:
+                # batch_result_processor.py -> on_verify_complete_cpu(num_correct_drafts_per_req,
+                # batch_size=len(batch.reqs)); a switch applies from the next step.
+                new = self.adaptive.on_verify_complete(correct, batch)
+                if new is not None:
+                    self._activate(new)
             self.window_steps += 1
             self.window_tokens += step_tokens
             if self.window_steps >= DECODE_LOG_INTERVAL:
@@ -355,18 +381,30 @@ class Scheduler(object):
         used = sum(r.prompt_len + len(r.output_ids) for r in self.running)
         msg = "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, " % (
             batch, used, self._usage())
-        if self.steps:
-            tokens, forwards, correct = self.window_spec
+        if self.spec:
+            tokens, forwards, correct, proposed = self.window_spec
             acc_len = tokens / float(forwards) if forwards else 0.0
-            rate = correct / float(forwards * self.steps) if forwards else 0.0
+            rate = correct / float(proposed) if proposed else 0.0
             msg += "accept len: %.2f, accept rate: %.2f, " % (acc_len, rate)
             if forwards:
                 self.last_accept_length = acc_len
                 self.last_accept_rate = rate
-            self.window_spec = [0, 0, 0]
+            self.window_spec = [0, 0, 0, 0]
         msg += "cuda graph: %s, gen throughput (token/s): %.2f, #queue-req: %d" % (
             self.cuda_graph, self.last_gen_throughput, len(self.waiting))
         _proc.log(msg, self.log_prefix)
+
+    def _activate(self, steps):
+        """adaptive_runtime_state.py AdaptiveController._activate -> eagle_worker_v2.py
+        apply_runtime_state: the state of ``steps`` (draft tokens steps + 1) takes over, logged
+        when it differs from the one in force."""
+        if steps == self.steps:
+            return
+        _proc.log(adaptive.MSG_SWITCH.format(old=self.steps, new=steps, old_d=self.draft_tokens,
+                                             new_d=steps + 1), self.log_prefix)
+        self.step_changes.append((self.decode_steps, self.steps, steps))
+        self.steps = steps
+        self.draft_tokens = steps + 1
 
     @staticmethod
     def _next_token(req):

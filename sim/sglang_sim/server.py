@@ -318,6 +318,11 @@ class Server(object):
                 "graph": {k: round(v, 3) for k, v in self.graph_memory_gb().items()},
             },
         })
+        if self.spec and self.args.get("speculative_adaptive"):
+            # the tier in force (docs/advanced_features/adaptive_speculative_decoding.md;
+            # eagle_worker_v2.py apply_runtime_state overrides the spec args)
+            state["speculative_num_steps"] = self.sched.steps
+            state["speculative_num_draft_tokens"] = self.sched.steps + 1
         if self.spec:
             accept_length = self.sched.avg_accept_length()
             if accept_length is not None:
@@ -441,9 +446,9 @@ class Server(object):
                 rate = (acc - 1) / self.steps if self.steps and acc else 0.0
             metric("spec_accept_length", "gauge", "The average acceptance length of speculative decoding.", acc)
             metric("spec_accept_rate", "gauge", "The average acceptance rate of speculative decoding.", rate)
-            metric("spec_num_steps", "gauge", "The number of speculative decoding steps.", self.steps)
+            metric("spec_num_steps", "gauge", "The number of speculative decoding steps.", self.sched.steps)
             metric("spec_num_draft_tokens", "gauge", "The number of speculative draft tokens.",
-                   self.args.get("speculative_num_draft_tokens"))
+                   self.sched.draft_tokens)
         metric("prompt_tokens_total", "counter", "Number of prefill tokens processed.", s.prompt_tokens_total)
         metric("generation_tokens_total", "counter", "Number of generation tokens processed.",
                s.generation_tokens_total)
@@ -569,7 +574,8 @@ class Server(object):
         if req.finished:
             m["e2e_latency"] = (req.last_token_at or time.time()) - req.created
             if self.spec and req.verify_ct > 0:
-                proposed = req.verify_ct * (self.args["speculative_num_draft_tokens"] - 1)
+                # the drafts proposed over its verifies (steps per verify; it moves under adaptive)
+                proposed = req.proposed_drafts
                 if proposed > 0:
                     m["spec_accept_rate"] = req.correct_drafts / float(proposed)
                     m["spec_accept_length"] = len(req.output_ids) / float(req.verify_ct)
