@@ -1,5 +1,6 @@
 """Guards on the collection's own shape that no linter checks."""
 
+import json
 import re
 from pathlib import Path
 
@@ -124,3 +125,46 @@ def test_relative_links_in_markdown_resolve():
 def test_github_anchor():
     assert _github_anchor("Interrupted runs and honest resumes (`plugins/plugin_utils/mtp_resume.py`)") == \
         "interrupted-runs-and-honest-resumes-pluginsplugin_utilsmtp_resumepy"
+
+
+def _module_options(name):
+    source = (ROOT / "plugins" / "modules" / ("%s.py" % name)).read_text()
+    doc = yaml.safe_load(re.search(r'DOCUMENTATION = r?"""(.*?)"""', source, re.S).group(1))
+    return set(doc.get("options") or {})
+
+
+def _module_calls_in_docs():
+    """(document, module, option names) for each call of a collection module in a README's
+    YAML blocks and in `ansible ... -m blackwell.sglang.X -a '...'` lines."""
+    calls = []
+    for doc in _markdown_files():
+        text = doc.read_text()
+        for block in re.findall(r"```ya?ml\n(.*?)```", text, re.S):
+            tasks = []
+            for play in yaml.safe_load(block) or []:
+                if isinstance(play, dict):
+                    tasks += [play] + list(play.get("tasks") or [])
+            for task in tasks:
+                for key, args in task.items():
+                    if key.startswith("blackwell.sglang.") and isinstance(args, dict):
+                        calls.append((doc, key.split(".")[-1], set(args)))
+        for module, quoted, bare in re.findall(r"-m blackwell\.sglang\.(\w+)(?:[ \\\n]+-a (?:'([^']*)'|(\S+)))?", text):
+            args = quoted or bare
+            names = set(json.loads(args)) if args.startswith("{") else {a.split("=")[0] for a in args.split()}
+            calls.append((doc, module, names))
+    return calls
+
+
+def test_module_examples_in_docs_use_real_options():
+    """A copied example must run: every module a README calls exists and takes the options it is given."""
+    calls = _module_calls_in_docs()
+    assert any(module == "sglang_bench" for _, module, _ in calls), "README.md shows no sglang_bench example"
+    problems = []
+    for doc, module, names in calls:
+        if not (ROOT / "plugins" / "modules" / ("%s.py" % module)).exists():
+            problems.append("%s: no module %s" % (doc.relative_to(ROOT), module))
+            continue
+        unknown = sorted(names - _module_options(module))
+        if unknown:
+            problems.append("%s: %s has no option %s" % (doc.relative_to(ROOT), module, ", ".join(unknown)))
+    assert not problems, "\n".join(problems)
