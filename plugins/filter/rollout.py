@@ -143,7 +143,7 @@ def _override(key, value):
         return value
     if key in _FLOAT_OVERRIDES:
         out = _num(value)
-        if out is None or not out > 0:
+        if out is None or out <= 0:
             raise AnsibleFilterError("%s must be a number > 0, got %r" % (key, value))
         return float(out)
     return _int(value, key, 1)

@@ -41,6 +41,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
 import re
 
 try:
@@ -295,8 +296,7 @@ def _lever_problems(settings, extra):
     problems = []
     ratio = settings.get("mamba_full_memory_ratio")
     if ratio is not None:
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio != ratio \
-                or ratio in (float("inf"), float("-inf")):
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio):
             problems.append("%s must be a number > 0, got %r" % (_var("mamba_full_memory_ratio"), ratio))
         elif ratio <= 0:
             problems.append("%s must be > 0 (the state pool gets budget * r / (1 + r): %s leaves it no slot "

@@ -107,8 +107,8 @@ def lifted(nxt, attempts, spec):
     if pool is None:
         return nxt
     cand = nxt["candidate"]
-    setting = dict({"draft_tokens": cand["draft_tokens"]}, **dict((k, v) for k, v in (nxt.get("overrides") or {}).items()
-                                                                if v is not None))
+    setting = {"draft_tokens": cand["draft_tokens"]}
+    setting.update((k, v) for k, v in (nxt.get("overrides") or {}).items() if v is not None)
     plain = mtp_state_pool.predict(pool, launched, setting)
     if not plain or plain.get("cap") is None:
         return nxt

@@ -111,8 +111,12 @@ class Segments(object):
                 made.append(self._create(os.path.join(self.shm_dir, make_shm_name("mq")), self.size))
             fd, path = _mkstemp(self.shm_dir, "nccl-")
             made.append(self._create(path, self.size, fd=fd))
-            made.append(self._create(os.path.join(
-                self.shm_dir, "cuda.shm.0x%x.0x%x.%d" % (os.getuid(), os.getpid(), rank)), self.size))
+            # The driver's name is per pid and rank: a segment left by a dead process whose pid
+            # came round again is taken over, not refused (what the closed-source driver does
+            # there is not known; refusing it would fail starts the release is not known to fail).
+            path = os.path.join(self.shm_dir, "cuda.shm.0x%x.0x%x.%d" % (os.getuid(), os.getpid(), rank))
+            fd = os.open(path, os.O_CREAT | os.O_TRUNC | os.O_RDWR, 0o600)
+            made.append(self._create(path, self.size, fd=fd))
         return made
 
     def close(self):

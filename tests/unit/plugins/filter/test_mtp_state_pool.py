@@ -69,7 +69,7 @@ def test_predictions_bracket_the_release_for_every_other_setting(node):
         for launched, pool, got in _launches(rng, gpu, model, tp, fraction, 4):
             # The launch itself is predicted exactly: nothing is extrapolated.
             assert msp.predict(pool, launched, launched) == _truth(got)
-            for _ in range(40):
+            for _i in range(40):
                 setting = _setting(rng, fraction)
                 found = msp.predict_range(pool, launched, setting)
                 if bool(setting["draft_tokens"]) != bool(launched["draft_tokens"]):
