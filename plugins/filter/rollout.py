@@ -328,6 +328,9 @@ def rollout_tuned_setting(docs, host=None, source=None):
         key = win.get("key") or cand.get("key") or "s%d-k%d-d%d" % (steps, topk, draft)
         overrides = dict((k, v) for k, v in (win.get("overrides") or {}).items() if v is not None)
         att = _winning_attempt(doc, dict(win, key=key))
+        if isinstance(overrides.get(_SCHEDULE), dict):
+            # one schedule, one spelling: hosts whose winners differ only in how it is written agree
+            overrides[_SCHEDULE] = spec_schedule.canonical(overrides[_SCHEDULE]) or {}
         figures = dict((str(c), _figures(lvl)) for c, lvl in ((att or {}).get("metrics") or {}).items()
                        if str(c).isdigit())
         # The figures read in the tuning benchmark's time base; the smoke bench uses the same one.

@@ -398,3 +398,29 @@ def test_hand_written_unit_with_a_schedule_never_counts_as_the_requested_one():
     tuned = {"steps": 3, "topk": 1, "draft_tokens": 4,
              "overrides": {"speculative_adaptive": True, "speculative_adaptive_config": SCHEDULE}}
     assert not ro.rollout_at_setting(got, ro.rollout_requested(None, None, None, tuned=tuned))
+
+
+def test_tuned_winners_with_one_schedule_spelled_two_ways_are_one_winner():
+    from ansible_collections.blackwell.sglang.plugins.module_utils import mtp_report
+
+    def doc(host, schedule):
+        cand = {"steps": 3, "topk": 1, "draft_tokens": 4, "key": "s3-k1-d4"}
+        overrides = {"speculative_adaptive": True, "speculative_adaptive_config": schedule}
+        att = {"key": cand["key"], "candidate": cand, "overrides": overrides, "status": "ok", "failure_class": None,
+               "metrics": {"1": {"concurrency": 1, "completed": 8, "failed": 0, "output_throughput": 250.0,
+                                 "decode_tps_per_request": {"mean": 250.0}}}}
+        out = {"schema": 1, "host": host, "run": "r1", "settings": {"concurrency": [1]}, "attempts": [att],
+               "winner": {"key": cand["key"], "candidate": cand, "overrides": overrides, "score": {"value": 250.0},
+                          "decided_by": "best", "tied": []}}
+        return {"path": "results/%s/results.json" % host, "text": mtp_report.render_json(out)}
+
+    one = {"1": {"candidate_steps": [3, 4]}, "16": {"candidate_steps": [2, 3]}}
+    same = {"16": {"candidate_steps": [3, 2]}, "1": {"candidate_steps": [4, 3, 3]}}
+    tuned = ro.rollout_tuned_setting([doc("a", one), doc("b", same)])
+    assert tuned["overrides"]["speculative_adaptive_config"] == ss.canonical(one)
+    assert tuned["figures"]["1"]["decode_tps_mean"] == 250.0  # the winning attempt was found
+    other = {"1": {"candidate_steps": [4]}}
+    with pytest.raises(ro.AnsibleFilterError, match="different winners per host"):
+        ro.rollout_tuned_setting([doc("a", one), doc("b", other)])
+    got = ro.rollout_requested(None, None, None, tuned=tuned)
+    assert got["overrides"]["speculative_adaptive_config"] == ss.canonical(one)
