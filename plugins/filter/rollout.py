@@ -48,6 +48,7 @@ import re
 import shlex
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, render_json
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -69,13 +70,16 @@ RUN_KEYS = ("run_id", "started", "finished", "serial", "summary_dir", "in_progre
 
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
              "speculative_num_draft_tokens")
-# Overrides a tuning winner may carry (the fit ladder's smaller CUDA graphs / fewer requests, and the
-# cap levers of a hybrid model's state pool); the service role records each of them on the node.
+# Overrides a tuning winner may carry (the fit ladder's smaller CUDA graphs / fewer requests, the
+# cap levers of a hybrid model's state pool, and SGLang's per-load schedule: its switch and the
+# schedule itself); the service role records each of them on the node. A key the winner does not
+# carry is not given: the node keeps what its record says.
 OVERRIDE_KEYS = ("cuda_graph_max_bs", "max_running_requests", "mamba_full_memory_ratio", "max_mamba_cache_size",
-                 "enable_linear_replayssm_spec")
-# Overrides that are not whole numbers >= 1: a ratio > 0 and a store_true switch.
+                 "enable_linear_replayssm_spec", "speculative_adaptive", "speculative_adaptive_config")
+# Overrides that are not whole numbers >= 1: a ratio > 0, store_true switches and the schedule.
 _FLOAT_OVERRIDES = ("mamba_full_memory_ratio",)
-_BOOL_OVERRIDES = ("enable_linear_replayssm_spec",)
+_BOOL_OVERRIDES = ("enable_linear_replayssm_spec", "speculative_adaptive")
+_SCHEDULE = "speculative_adaptive_config"
 
 _SETTINGS_LINE = re.compile(r"^#\s*sglang-settings:\s*(\{.*\})\s*$", re.M)
 # Flags of a hand-written unit (SGLang releases before and after the 0.5.23 renames).
@@ -95,9 +99,13 @@ _FLAG_KEYS = {
     "--mamba-full-memory-ratio": "mamba_full_memory_ratio",
     "--max-mamba-cache-size": "max_mamba_cache_size",
     "--enable-linear-replayssm-spec": "enable_linear_replayssm_spec",
+    "--speculative-adaptive": "speculative_adaptive",
+    # Only the path: the schedule in it is not read from a hand-written unit, so it never counts as
+    # the schedule a rollout asks for.
+    "--speculative-adaptive-config": "speculative_adaptive_config_file",
 }
 # Bare switches (store_true): present = on, they take no value word.
-_SWITCH_KEYS = ("enable_linear_replayssm_spec",)
+_SWITCH_KEYS = ("enable_linear_replayssm_spec", "speculative_adaptive")
 # Flags whose value is a float in SGLang's parser.
 _FLOAT_KEYS = ("mamba_full_memory_ratio",)
 
@@ -135,6 +143,12 @@ def _opt_num(value, what, low=0.0):
 
 def _override(key, value):
     """One override of a tuning winner, checked and in the form the service role renders."""
+    if key == _SCHEDULE:
+        problems = spec_schedule.problems(value, key)
+        if problems:
+            raise AnsibleFilterError("the winner's schedule is malformed: " + "; ".join(problems))
+        canon = spec_schedule.canonical(value)
+        return {} if canon is None else canon  # {}: SGLang's built-in schedule, stated
     if key in _BOOL_OVERRIDES:
         if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
             value = value.strip().lower() in ("true", "yes", "1")
@@ -153,6 +167,8 @@ def _same_override(key, current, wanted):
     """Whether a unit's value of an override is the wanted one (off and unset are one setting)."""
     if key in _BOOL_OVERRIDES:
         return bool(current) == bool(wanted)
+    if key == _SCHEDULE:
+        return spec_schedule.canonical(current) == spec_schedule.canonical(wanted)
     if isinstance(current, (int, float)) and isinstance(wanted, (int, float)) \
             and not isinstance(current, bool) and not isinstance(wanted, bool):
         return float(current) == float(wanted)
@@ -173,7 +189,8 @@ def setting_label(setting):
         head = "steps=%s topk=%s draft=%s" % (
             setting.get("speculative_num_steps"), setting.get("speculative_eagle_topk"),
             setting.get("speculative_num_draft_tokens"))
-    extra = ["%s=%s" % (k, setting[k]) for k in OVERRIDE_KEYS if setting.get(k) is not None]
+    extra = ["%s=%s" % (k, spec_schedule.label(setting[k]) if k == _SCHEDULE else setting[k])
+             for k in OVERRIDE_KEYS if setting.get(k) is not None]
     return head + (" [%s]" % ", ".join(extra) if extra else "")
 
 
@@ -311,6 +328,9 @@ def rollout_tuned_setting(docs, host=None, source=None):
         key = win.get("key") or cand.get("key") or "s%d-k%d-d%d" % (steps, topk, draft)
         overrides = dict((k, v) for k, v in (win.get("overrides") or {}).items() if v is not None)
         att = _winning_attempt(doc, dict(win, key=key))
+        if isinstance(overrides.get(_SCHEDULE), dict):
+            # one schedule, one spelling: hosts whose winners differ only in how it is written agree
+            overrides[_SCHEDULE] = spec_schedule.canonical(overrides[_SCHEDULE]) or {}
         figures = dict((str(c), _figures(lvl)) for c, lvl in ((att or {}).get("metrics") or {}).items()
                        if str(c).isdigit())
         # The figures read in the tuning benchmark's time base; the smoke bench uses the same one.

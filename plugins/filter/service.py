@@ -17,8 +17,12 @@ Settings (a dict; keys absent or None are not rendered, so SGLang's default appl
     context_length, attention_backend, trust_remote_code (bool), enable_linear_replayssm_spec
     (bool; the bare flag only when true), config_file (path of the SGLang ``--config`` YAML that holds the
     API key), speculative_algorithm, speculative_num_steps, speculative_eagle_topk,
-    speculative_num_draft_tokens, speculative_draft_model_path, extra_args (list of str),
-    environment (dict; read by the checks only, never rendered here)
+    speculative_num_draft_tokens, speculative_draft_model_path, speculative_adaptive (bool; the bare
+    flag only when true, with speculation on), speculative_adaptive_config (the per-load schedule, a
+    dict of batch sizes to tiers, plugins/plugin_utils/spec_schedule.py; None or {} = SGLang's
+    built-in one), speculative_adaptive_dir (where the schedule's file lives; rendered as the path of
+    ``--speculative-adaptive-config``), extra_args (list of str), environment (dict; read by the
+    checks only, never rendered here)
 
 The release map gives, per logical key, the flag spelling of one SGLang release, e.g.
 ``{"cuda_graph_max_bs": "--cuda-graph-max-bs-decode", "tp_size": "--tp-size", ...}``
@@ -27,6 +31,7 @@ The release map gives, per logical key, the flag spelling of one SGLang release,
 Filters: sglang_service_args (settings, flags) -> argv list; sglang_service_spec (resolved
 speculative settings); sglang_service_problems (list of what is wrong, empty when valid);
 sglang_service_summary (one-line JSON of the logical settings, for the unit's comment);
+sglang_service_adaptive_file (path and text of the schedule's file, {} when there is none);
 sglang_systemd_exec (argv -> ExecStart= text); sglang_systemd_env (one Environment= word).
 
 The node's own record of what it serves (``<config_dir>/<name>/setting.json``):
@@ -43,6 +48,8 @@ __metaclass__ = type
 import json
 import math
 import re
+
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -83,6 +90,11 @@ LEVER_KEYS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_
 # The release's spelling of the levers (0.5.23 and 0.5.19 alike), to find them in extra_args.
 LEVER_FLAGS = {"mamba_full_memory_ratio": "--mamba-full-memory-ratio", "max_mamba_cache_size": "--max-mamba-cache-size",
                "enable_linear_replayssm_spec": "--enable-linear-replayssm-spec"}
+# SGLang's per-load schedule: the switch and the schedule (speculative/adaptive_spec_params.py).
+# Not set = static speculation at speculative_num_steps.
+ADAPTIVE_KEYS = ("speculative_adaptive", "speculative_adaptive_config")
+ADAPTIVE_FLAGS = {"speculative_adaptive": "--speculative-adaptive",
+                  "speculative_adaptive_config": "--speculative-adaptive-config"}
 
 # Choices of SGLang 0.5.23 (srt/arg_groups/choices.py), checked before a unit is written so a typo
 # fails the play instead of crash-looping the server with an argparse error.
@@ -151,6 +163,13 @@ def normalize(settings):
             if key in LEVER_KEYS and word not in _TRUE_WORDS + _FALSE_WORDS:
                 continue  # left as given, so the checks name it instead of reading it as false
             out[key] = word in _TRUE_WORDS
+    adaptive = out.get("speculative_adaptive")
+    if isinstance(adaptive, str):
+        word = adaptive.strip().lower()
+        if word in _TRUE_WORDS + _FALSE_WORDS:
+            out["speculative_adaptive"] = word in _TRUE_WORDS
+    if "speculative_adaptive_config" in out:
+        out["speculative_adaptive_config"] = spec_schedule.parse(out["speculative_adaptive_config"])
     return out
 
 
@@ -184,10 +203,13 @@ def sglang_service_spec(settings):
     return out
 
 
-def sglang_service_problems(settings):
+def sglang_service_problems(settings, flags=None, adaptive_default=None):
     """Human-readable problems with ``settings`` (empty list when they are valid).
 
     Ranges and consistency that argument_specs cannot express; each message says what to fix.
+    ``flags`` (the release's flag map) and ``adaptive_default`` (the release's built-in schedule,
+    roles/service/vars/sglang_releases.yml) let the per-load schedule be checked against the
+    release; without them those checks are skipped.
     """
     settings = normalize(settings)
     problems = []
@@ -236,6 +258,7 @@ def sglang_service_problems(settings):
         # worth relying on.
         problems.append("config_file must be an absolute path ending in .yaml or .yml, got %r" % (config_file,))
     problems.extend(_lever_problems(settings, extra if words_ok else []))
+    problems.extend(_adaptive_problems(settings, extra if words_ok else [], flags, adaptive_default))
 
     if not _set(settings.get("speculative_algorithm")):
         return problems
@@ -320,6 +343,67 @@ def _lever_problems(settings, extra):
     if replay:
         problems.extend(_replayssm_problems(settings, extra))
     return problems
+
+
+def _adaptive_on(settings):
+    """Whether the per-load schedule is served: the switch on and speculation on (without
+    speculation, like the other speculative settings, it is not rendered)."""
+    return settings.get("speculative_adaptive") is True and sglang_service_spec(settings)["enabled"]
+
+
+def _adaptive_problems(settings, extra, flags, adaptive_default):
+    """The per-load schedule against SGLang 0.5.23's rules (speculative/adaptive_spec_params.py,
+    arg_groups/speculative_hook.py), each of which the release would meet only at start: a
+    malformed file fails the start, a step count outside the schedule fails it ("is not in the
+    adaptive config candidate_steps"), an algorithm or a switch it cannot serve under makes it
+    fall back to static steps with a warning, which serves something else than the unit says."""
+    var, cvar = "sglang_service_speculative_adaptive", spec_schedule.VAR
+    adaptive = settings.get("speculative_adaptive")
+    config = settings.get("speculative_adaptive_config")
+    out = []
+    if adaptive is not None and not isinstance(adaptive, bool):
+        return ["%s must be true, false or null, got %r" % (var, adaptive)]
+    out.extend(spec_schedule.problems(config, cvar))
+    own = spec_schedule.canonical(config) is not None
+    spec = sglang_service_spec(settings)
+    if own and adaptive is not True and spec["enabled"]:
+        out.append("%s is set but %s is %s: set %s: true to serve the schedule, or leave %s unset"
+                   % (cvar, var, "false" if adaptive is False else "not set", var, cvar))
+    if not _adaptive_on(settings):
+        return out
+    if isinstance(flags, dict):
+        for key in ADAPTIVE_KEYS if own else ADAPTIVE_KEYS[:1]:
+            if not flags.get(key):
+                out.append("%s: the release's flag map (roles/service/vars/sglang_releases.yml) has no %s, so this "
+                           "SGLang release cannot serve a per-load schedule: set %s: false or pin a release that has "
+                           "%s" % (var, key, var, ADAPTIVE_FLAGS[key]))
+    algo, topk = spec["speculative_algorithm"], spec["speculative_eagle_topk"]
+    if algo not in spec_schedule.ALGORITHMS:
+        out.append("%s needs sglang_service_speculative_algorithm EAGLE, EAGLE3 or NEXTN (SGLang falls back to "
+                   "static steps with 'speculative_algorithm=%s (only EAGLE/EAGLE3 are supported)'), got %s: "
+                   "set %s: false for %s" % (var, algo, algo, var, algo))
+    if topk not in (None, 1):
+        out.append("%s needs sglang_service_speculative_eagle_topk 1 (SGLang falls back to static steps with "
+                   "'speculative_eagle_topk=%s (only topk=1 is supported)'): set eagle_topk 1 or %s: false"
+                   % (var, topk, var))
+    for flag, reason in spec_schedule.FALLBACK_FLAGS:
+        if _extra_value(extra, flag) not in (None, "false", "False", "0"):
+            out.append("%s: sglang_service_extra_args holds %s, under which SGLang serves static steps instead "
+                       "('speculative_adaptive disabled: %s'): remove it or set %s: false" % (var, flag, reason, var))
+    for key, flag in ADAPTIVE_FLAGS.items():
+        if _extra_value(extra, flag) is not None:
+            out.append("%s is set and sglang_service_extra_args holds %s too (the later word would win unseen by "
+                       "the record): remove it from sglang_service_extra_args" % (_var(key), flag))
+    union = spec_schedule.candidate_union(config) if own else (
+        spec_schedule.candidate_union(adaptive_default) if adaptive_default else None)
+    steps = spec["speculative_num_steps"]
+    if union is not None and _is_int(steps) and steps not in union:
+        out.append("sglang_service_speculative_num_steps=%d is not among the schedule's candidate steps %s (%s): "
+                   "SGLang refuses to start ('--speculative-num-steps=%d is not in the adaptive config "
+                   "candidate_steps %s. Pass one of those values.'): give one of %s"
+                   % (steps, union, "of %s" % cvar if own else "SGLang's default schedule", steps, union,
+                      [s for s in union if s > 0] or "them, with a step count >= 1 in the schedule"))
+    return out
 
 
 # arg_groups/attention_hook.py handle_linear_attn_backend (0.5.23): the decode backends the
@@ -452,6 +536,25 @@ def _word(value):
     return str(value)
 
 
+def sglang_service_adaptive_file(settings):
+    """Where the per-load schedule's file goes and its text: ``{"path", "content", "name"}``,
+    ``{}`` when the unit serves no schedule of its own (static speculation, or SGLang's built-in
+    schedule). The name carries the schedule's digest, so the unit's ExecStart names the schedule
+    it serves: a restored older unit still finds its own file."""
+    settings = normalize(settings)
+    if not _adaptive_on(settings):
+        return {}
+    name = spec_schedule.file_name(settings.get("speculative_adaptive_config"))
+    if name is None:
+        return {}
+    folder = settings.get("speculative_adaptive_dir")
+    if not _set(folder) or not str(folder).startswith("/"):
+        raise AnsibleFilterError("sglang_service_adaptive_file: speculative_adaptive_dir must be an absolute "
+                                 "directory, got %r" % (folder,))
+    return {"path": "%s/%s" % (str(folder).rstrip("/"), name), "name": name,
+            "content": spec_schedule.text(settings.get("speculative_adaptive_config"))}
+
+
 def sglang_service_args(settings, flags):
     """The argv (list of str) for ``settings`` with the flag names in ``flags``."""
     if not isinstance(settings, dict):
@@ -459,7 +562,7 @@ def sglang_service_args(settings, flags):
     if not isinstance(flags, dict):
         raise AnsibleFilterError("sglang_service_args: flags must be a dict (the release map entry), got %s"
                                  % type(flags).__name__)
-    problems = sglang_service_problems(settings)
+    problems = sglang_service_problems(settings, flags)
     settings = normalize(settings)
     if problems:
         raise AnsibleFilterError("sglang_service_args: invalid settings: " + "; ".join(problems))
@@ -476,6 +579,11 @@ def sglang_service_args(settings, flags):
     for key in BOOL_KEYS:
         if settings.get(key):
             argv.append(_flag(flags, key))
+    if _adaptive_on(settings):
+        argv.append(_flag(flags, "speculative_adaptive"))
+        schedule = sglang_service_adaptive_file(settings)
+        if schedule:
+            argv += [_flag(flags, "speculative_adaptive_config"), schedule["path"]]
     config_file = settings.get("config_file")
     if _set(config_file):
         # The API key stays out of argv (and /proc/<pid>/cmdline): prepare_server_args
@@ -509,6 +617,11 @@ def sglang_service_summary(settings):
     # upgrade of the collection restarts no server.
     for key, value in _levers(settings).items():
         summary[key] = value
+    # Likewise only when served: the schedule itself (null = SGLang's built-in one), so the unit
+    # says what it serves without its file.
+    if _adaptive_on(settings):
+        summary["speculative_adaptive"] = True
+        summary["speculative_adaptive_config"] = spec_schedule.canonical(settings.get("speculative_adaptive_config"))
     return json.dumps(summary, sort_keys=True, separators=(",", ":"))
 
 
@@ -519,7 +632,9 @@ RECORD_SCHEMA = 1
 # Everything else of the unit (model, tp, port, ...) is inventory, not a decision to remember.
 RECORD_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                "speculative_num_draft_tokens", "speculative_draft_model_path", "cuda_graph_max_bs",
-               "max_running_requests") + LEVER_KEYS
+               "max_running_requests") + LEVER_KEYS + ADAPTIVE_KEYS
+# Keys a record written before them lacks; unset, they stay absent (nothing to rewrite).
+_LATER_KEYS = LEVER_KEYS + ADAPTIVE_KEYS
 # One decision: steps, topk and draft tokens are only consistent together.
 _SPEC_TRIPLE = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
@@ -545,6 +660,11 @@ def sglang_service_setting(given, record=None, defaults=None):
     agrees with it (``-e ..._eagle_topk=1`` on a node recorded at steps 4, topk 1 keeps steps 4);
     otherwise from the defaults, so a new step count never inherits an old draft count.
 
+    The schedule follows its switch likewise: a schedule that was not given comes from the record
+    only when the switch was not given or agrees with the record's, so ``-e
+    sglang_service_speculative_adaptive=false`` drops a recorded schedule and turning it on again
+    starts from SGLang's built-in one unless a schedule is given.
+
     Returns ``{"setting": {key: value}, "sources": {key: "variable"|"node"|"default"}}``.
     """
     if given is not None and not isinstance(given, dict):
@@ -564,8 +684,15 @@ def sglang_service_setting(given, record=None, defaults=None):
 
     triple_agrees = rec is not None and all(
         given.get(k) == rec.get(k) for k in _SPEC_TRIPLE if _given(given.get(k)))
+    switch_agrees = rec is not None and (not _given(given.get("speculative_adaptive")) or bool(
+        given.get("speculative_adaptive")) == bool(rec.get("speculative_adaptive")))
     for key in RECORD_KEYS:
-        take(key, triple_agrees if key in _SPEC_TRIPLE else True)
+        if key in _SPEC_TRIPLE:
+            take(key, triple_agrees)
+        elif key == "speculative_adaptive_config":
+            take(key, switch_agrees)
+        else:
+            take(key, True)
     return {"setting": setting, "sources": sources}
 
 
@@ -593,6 +720,10 @@ def _resolved(setting):
         out["speculative_algorithm"] = None
     for key in LEVER_KEYS:
         out[key] = _levers(setting).get(key)
+    # Served or not, as the argv says: off and unset are one setting, and so are {} and null.
+    on = _adaptive_on(setting)
+    out["speculative_adaptive"] = True if on else None
+    out["speculative_adaptive_config"] = spec_schedule.canonical(setting.get("speculative_adaptive_config")) if on else None
     return out
 
 
@@ -619,7 +750,7 @@ def sglang_service_record(setting, record=None, release=None, provenance=None, n
         # A record written before the levers existed lacks them; unset, they stay absent, so a
         # re-run rewrites nothing.
         out["setting"] = dict((k, v) for k, v in new_setting.items()
-                              if not (k in LEVER_KEYS and v is None and k not in old["setting"]))
+                              if not (k in _LATER_KEYS and v is None and k not in old["setting"]))
         out["release"] = release if release is not None else old.get("release")
         return {"record": out, "changed": out != old, "setting_changed": False}
     prov = dict((k, v) for k, v in (provenance or {}).items() if v not in (None, ""))
@@ -737,6 +868,7 @@ class FilterModule(object):
             "sglang_service_watchdog_problems": sglang_service_watchdog_problems,
             "sglang_service_name_problems": sglang_service_name_problems,
             "sglang_service_summary": sglang_service_summary,
+            "sglang_service_adaptive_file": sglang_service_adaptive_file,
             "sglang_systemd_exec": sglang_systemd_exec,
             "sglang_systemd_env": sglang_systemd_env,
             "sglang_service_setting": sglang_service_setting,

@@ -96,6 +96,10 @@ record:
       description:
         - The speculative setting and the fit overrides, as SGLang runs them (draft tokens
           derived, algorithm upper-case); V(null) values leave SGLang its default.
+        - With SGLang's per-load schedule served, C(speculative_adaptive) is V(true) and
+          C(speculative_adaptive_config) the schedule itself, batch sizes as strings (the form of
+          its file C(<config_dir>/<name>/adaptive-<digest>.json)), V(null) for the release's
+          built-in one; a record from before these keys lacks them.
       type: dict
       sample:
         speculative_algorithm: NEXTN

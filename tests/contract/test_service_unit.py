@@ -284,3 +284,28 @@ def test_clean_start_sweeps_dev_shm_by_default(render):
     assert "--shm-dir" not in _lines(render(sglang_service_clean_start_shm=False), "ExecStartPre=")[0]
     # No clean start, no sweep: the ExecStartPre only backs off.
     assert "--shm-dir" not in _lines(render(sglang_service_clean_start=False), "ExecStartPre=")[0]
+
+
+SCHEDULE = {"1": {"candidate_steps": [3, 4]}, "16": {"candidate_steps": [2, 3], "ema_alpha": 0.3},
+            "32": {"candidate_steps": [0, 2]}}
+
+
+@pytest.mark.parametrize("version", sglang_release.SUPPORTED)
+def test_a_per_load_schedule_reaches_sglang_through_its_file(render, sglang_parser_for, version):
+    """The variables, through the role's vars and Ansible's templating, give an ExecStart the release
+    parses with the schedule's file, and the unit's settings comment names the schedule itself."""
+    from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
+
+    text = render(sglang_service_release=version, sglang_service_speculative_adaptive=True,
+                  sglang_service_speculative_adaptive_config=SCHEDULE)
+    argv = exec_argv(text)
+    sglang_parser_for(version)  # skips when the release wheel cannot be fetched
+    ns, _merged = sglang_release.parse_server_argv(argv, version)
+    assert ns.speculative_adaptive is True
+    assert ns.speculative_adaptive_config == "/etc/sglang/qwen/" + spec_schedule.file_name(SCHEDULE)
+    assert ns.speculative_num_steps == 3 and ns.speculative_algorithm == "NEXTN"
+    comment = json.loads([line for line in text.splitlines() if line.startswith("# sglang-settings: ")][0][19:])
+    assert comment["speculative_adaptive"] is True and comment["speculative_adaptive_config"] == SCHEDULE
+    # SGLang's built-in schedule: the switch only.
+    argv = exec_argv(render(sglang_service_release=version, sglang_service_speculative_adaptive=True))
+    assert "--speculative-adaptive" in argv and "--speculative-adaptive-config" not in argv
