@@ -59,16 +59,7 @@ def _names_missing_from(text, names):
     return [n for n in names if not re.search(r"(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])" % re.escape(n), text)]
 
 
-# Roles whose README does not name every variable yet (mtp_tune misses 18 of its 48, among them
-# mtp_tune_strategy and the mtp_tune_bench_* set). strict: once it names them all this must go.
-_README_VARIABLES_PENDING = {"mtp_tune"}
-
-
-@pytest.mark.parametrize("role", [
-    pytest.param(r, marks=pytest.mark.xfail(strict=True, reason="roles/mtp_tune/README.md does not list all its variables yet"))
-    if r.name in _README_VARIABLES_PENDING else r
-    for r in _roles()
-], ids=lambda r: r.name)
+@pytest.mark.parametrize("role", _roles(), ids=lambda r: r.name)
 def test_every_role_readme_names_each_of_its_variables(role):
     """A role's README is its front page: it exists and names every variable of its defaults and
     argument specs, so a variable added without a line there fails here."""
