@@ -47,7 +47,7 @@ def test_the_capped_start_was_launched_again_lifted():
     assert lifted["running_cap"] >= 32
     # every later depth launched lifted from the start: no second capped launch
     later = atts[2:]
-    assert {a["key"] for a in later} >= {"s2-k1-d3", "s4-k1-d5"}
+    assert "s4-k1-d5" in {a["key"] for a in later}
     for att in later:
         assert att["status"] == "ok", att
         assert att["overrides"].get("mamba_full_memory_ratio") and att["running_cap"] >= 32, att
