@@ -136,10 +136,10 @@ def _tier_problems(var, size, tier):
         out.append("%s: unknown field %r (SGLang ignores it and serves its default); known: %s"
                    % (where, field, ", ".join(("candidate_steps",) + TIER_FIELDS)))
     checks = (
-        ("ema_alpha", lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1] (the EMA weight of the newest "
-                                                            "batch; 0 would never move the step)"),
-        ("update_interval", lambda v: _is_int(v) and v >= 1, "a whole number >= 1 (SGLang divides by it: 0 "
-                                                              "kills the scheduler after warm-up)"),
+        ("ema_alpha", lambda v: _is_num(v) and 0 < v <= 1,
+         "a number in (0, 1] (the EMA weight of the newest batch; 0 would never move the step)"),
+        ("update_interval", lambda v: _is_int(v) and v >= 1,
+         "a whole number >= 1 (SGLang divides by it: 0 kills the scheduler after warm-up)"),
         ("warmup_batches", lambda v: _is_int(v) and v >= 0, "a whole number >= 0"),
         ("down_hysteresis", _is_num, "a number"),
         ("up_hysteresis", _is_num, "a number"),

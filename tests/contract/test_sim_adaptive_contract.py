@@ -110,7 +110,7 @@ def test_config_errors_are_the_releases(release_fn, tmp_path, name, text):
         theirs(str(path))
     with pytest.raises(adaptive.ConfigError) as mine:
         adaptive.load_config(str(path))
-    assert mine.value.exc_type.rsplit(".", 1)[-1] == type(real.value).__name__
+    assert mine.value.exc_type.rsplit(".", 1)[-1] == real.value.__class__.__name__
     assert mine.value.message == str(real.value)
 
 

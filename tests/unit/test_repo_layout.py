@@ -107,7 +107,7 @@ def test_relative_links_in_markdown_resolve():
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target) or target.startswith("#"):
                 continue
-            path, _, anchor = target.partition("#")
+            path, _sep, anchor = target.partition("#")
             dest = (doc.parent / path).resolve()
             if not dest.exists():
                 problems.append("%s: %s does not exist" % (doc.relative_to(ROOT), path))
@@ -154,7 +154,7 @@ def _module_calls_in_docs():
 def test_module_examples_in_docs_use_real_options():
     """A copied example must run: every module a README calls exists and takes the options it is given."""
     calls = _module_calls_in_docs()
-    assert any(module == "sglang_bench" for _, module, _ in calls), "README.md shows no sglang_bench example"
+    assert any(module == "sglang_bench" for _doc, module, _opts in calls), "README.md shows no sglang_bench example"
     problems = []
     for doc, module, names in calls:
         if not (ROOT / "plugins" / "modules" / ("%s.py" % module)).exists():

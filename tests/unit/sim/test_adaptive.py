@@ -156,7 +156,7 @@ def _run(coro):
 def test_a_load_that_moves_moves_the_step_in_force(capsys):
     """Two requests (slot 1, start 3, acceptance 0.99) climb to 7; twenty more route the batch to
     slot 8, whose step (3) takes over at once; when the batch is back under 8, slot 1's 7 does."""
-    policy = adaptive.AdaptiveParams(3, log=lambda m: print(m))
+    policy = adaptive.AdaptiveParams(3, log=print)
 
     async def go():
         s = Scheduler(48, 3, 4, 10 ** 7, 1.0, 1e-5, 0, 262144, adaptive=policy)
