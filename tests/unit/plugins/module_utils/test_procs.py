@@ -180,7 +180,9 @@ def test_parse_stat_on_real_self():
     assert (stat["pid"], stat["ppid"], stat["state"]) == (os.getpid(), os.getppid(), "R")
     assert stat["pgrp"] == os.getpgrp()
     me = procs.read_process(os.getpid())
-    assert "pytest" in me["cmdline"] and me["pid"] == os.getpid()
+    # pytest itself, or one of pytest-xdist's workers (started as "python -c ...")
+    assert ("pytest" in me["cmdline"] or "-c" in me["cmdline"].split()) and me["pid"] == os.getpid()
+    assert me["cmdline"] == " ".join(Path("/proc/self/cmdline").read_bytes().rstrip(b"\0").decode().split("\0"))
     assert me["starttime"] == stat["starttime"] > 0
 
 
