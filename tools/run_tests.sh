@@ -95,8 +95,8 @@ done
 # Most of a scenario's time is the simulated server's waits, not CPU, so two lanes overlap well on
 # two cores; a third loads the simulated servers enough to move the figures the scenarios check.
 # Longest scenarios first (seconds of a fresh-clone run on a 2-core machine), spread greedily.
-declare -A scenario_weight=([sequences]=840 [rollout]=725 [pool]=505 [resume]=505 [realpkg]=405 [tune]=300
-                            [production]=260 [levers]=400 [service]=230 [default]=30)
+declare -A scenario_weight=([sequences]=790 [rollout]=655 [pool]=600 [resume]=590 [realpkg]=420 [levers]=350
+                            [tune]=320 [production]=255 [service]=245 [default]=40)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
   local lane=$1; shift
   local sc s
@@ -114,13 +114,26 @@ lane_run() {  # lane number, scenarios...: one lane; one result line per scenari
 if [[ " $stages " == *" molecule "* ]]; then
   scenarios=${SCENARIOS:-$(find molecule -mindepth 2 -maxdepth 2 -name molecule.yml -printf '%h\n' | xargs -rn1 basename | sort)}
   lanes=${MOLECULE_LANES:-2}
-  declare -a lane_list=() lane_load=()
-  for ((i = 0; i < lanes; i++)); do lane_list[i]=""; lane_load[i]=0; done
-  for sc in $(for sc in $scenarios; do echo "${scenario_weight[$sc]:-300} $sc"; done | sort -rn | awk '{print $2}'); do
-    best=0
-    for ((i = 1; i < lanes; i++)); do (( lane_load[i] < lane_load[best] )) && best=$i; done
-    lane_list[best]+=" $sc"; lane_load[best]=$(( lane_load[best] + ${scenario_weight[$sc]:-300} ))
-  done
+  declare -a lane_list=()
+  for ((i = 0; i < lanes; i++)); do lane_list[i]=""; done
+  # The split with the shortest longest lane (every split is tried: a dozen scenarios on two or
+  # three lanes is a few thousand), longest scenarios first within a lane.
+  i=0
+  while read -r line; do lane_list[i]=${line:+ $line}; i=$((i + 1)); done < <(
+    for sc in $scenarios; do echo "$sc ${scenario_weight[$sc]:-300}"; done | python -c '
+import itertools, sys
+lanes = int(sys.argv[1])
+items = sorted((line.split() for line in sys.stdin if line.strip()), key=lambda x: -int(x[1]))
+best = None
+for split in itertools.product(range(lanes), repeat=max(len(items) - 1, 0)):
+    load = [0] * lanes
+    for (name, w), lane in zip(items, (0,) + split):
+        load[lane] += int(w)
+    if best is None or max(load) < best[0]:
+        best = (max(load), (0,) + split)
+for lane in range(lanes):
+    print(" ".join(name for (name, w), k in zip(items, best[1]) if k == lane))
+' "$lanes")
   s=$(date +%s)
   pids=()
   for ((i = 0; i < lanes; i++)); do
