@@ -57,10 +57,8 @@ checks_pid=$!
 if [[ " $stages " == *" pytest "* ]]; then
   note "pytest: tests/unit tests/contract tests/integration tests/gpu"
   s=$(date +%s)
-  # Two workers, a test file each at a time (a file's servers and fixtures stay in one process):
-  # most of pytest's time is spent waiting on the servers its integration tests start.
-  python -m pytest -p no:cacheprovider -q -rs -n "${PYTEST_WORKERS:-2}" --dist loadfile \
-    --junitxml="$logs/pytest.xml" tests/unit tests/contract tests/integration tests/gpu >"$logs/pytest.log" 2>&1
+  python -m pytest -p no:cacheprovider -q -rs --junitxml="$logs/pytest.xml" \
+    tests/unit tests/contract tests/integration tests/gpu >"$logs/pytest.log" 2>&1
   rc=$?
   read -r n f e sk < <(python - "$logs/pytest.xml" <<'PY'
 import sys, xml.etree.ElementTree as ET

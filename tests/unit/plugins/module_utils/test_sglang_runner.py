@@ -83,7 +83,8 @@ def test_repeats_give_confidence_intervals():
 def test_dataset_prompts_and_duration_mode():
     prompts = wl.load_jsonl(['{"prompt": "a b c", "output_len": 5}', '"d e"'])
     with FakeServerThread(chunk_gap=0.002) as f:
-        res = _run(f.url, prompts=prompts, concurrency=[2], num_prompts=None, duration=0.3)
+        # long enough for a few requests on a loaded machine (0.3 s once finished none)
+        res = _run(f.url, prompts=prompts, concurrency=[2], num_prompts=None, duration=2.0)
     lv = res["levels"][0]
     assert lv["completed"] >= 4 and lv["failed"] == 0
     assert res["config"]["ignore_eos"] is False and res["config"]["dataset_prompts"] == 2
