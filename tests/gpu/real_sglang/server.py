@@ -88,6 +88,8 @@ from ansible_collections.blackwell.sglang.plugins.module_utils import procs  # n
 READY_LINE = "The server is fired up and ready to roll!"
 PROBE_PROMPT = "The capital of France is"
 PROBE_TOKENS = 4
+# Seconds a server that logged a fatal error is given to exit before the wait reports it.
+FATAL_EXIT_GRACE_S = 5.0
 TAIL_LINES = 40
 
 
@@ -263,8 +265,15 @@ class Server:
                 reason = "the server exited with %s before it was ready" % code
                 break
             if journal.is_fatal(lines):
-                # SGLang's parent can outlive a crashed scheduler; the log says it is going down.
-                reason = "the log shows a fatal error while the server still runs"
+                # The fatal line is written just before the process exits (argparse's error, a
+                # traceback): give it a moment, so the record has its exit status. SGLang's parent
+                # can also outlive a crashed scheduler; then the log alone says it is going down.
+                try:
+                    code = self.proc.wait(timeout=FATAL_EXIT_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    code = None
+                reason = ("the log shows a fatal error while the server still runs" if code is None
+                          else "the server exited with %s before it was ready" % code)
                 break
             if saw_line or not require_ready_line:
                 ok, last_probe = self._probe()
