@@ -159,5 +159,18 @@ echo "== test summary ($(printf '%dm%02ds' $((dt / 60)) $((dt % 60))), logs in b
 for line in "${report[@]}"; do echo "  $line"; done
 if (( failed == 0 && passed > 0 )); then verdict=PASS; else verdict=FAIL; fi
 [[ ${#bad_stages[@]} -gt 0 ]] && echo "  failed stages: ${bad_stages[*]}"
+# What failed, where CI shows it (the end of the output): a molecule log's tail is its destroy
+# step, so its first failed task is quoted instead.
+for sc in ${scenarios:-}; do
+  f=$logs/molecule-$sc.log
+  [[ " ${bad_stages[*]} " == *" molecule $sc "* && -f $f ]] || continue
+  echo "  first failure in molecule $sc:"
+  # a failure the play ignores ("...ignoring") is part of a test, not what failed it
+  sed 's/\x1b\[[0-9;]*m//g' "$f" | awk '
+    /TASK \[|PLAY \[|RECAP/ { if (n && !ign) { print blk; done = 1; exit } n = 0; ign = 0; blk = "" }
+    /fatal: \[|FAILED! =>|\[ERROR\]/ { n = 1 }
+    n { if (/\.\.\.ignoring/) ign = 1; if (n++ <= 18) blk = blk substr($0, 1, 160) "\n" }
+    END { if (!done && n && !ign) printf "%s", blk }' | sed 's/^/    /'
+done
 echo "$verdict: $passed passed, $failed failed, $skipped skipped"
 [[ $verdict == PASS ]]
