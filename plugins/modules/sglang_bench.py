@@ -66,6 +66,13 @@ options:
   api_key:
     description: The server's C(--api-key), sent as a bearer token. Never logged.
     type: str
+  api_key_file:
+    description:
+      - Path on the node of SGLang's C(--config) YAML whose C(api-key) is sent, read where the module
+        runs (the service role publishes it as C(sglang_service_names.api_key_file)), so the key never
+        passes through the controller. A missing file means the server runs without a key.
+      - Mutually exclusive with O(api_key).
+    type: path
   endpoint:
     description:
       - C(generate) is SGLang's native C(/generate). It counts tokens from C(meta_info) and
@@ -477,6 +484,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import bench_watchdog
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_api_key
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_results
 from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_runner
 from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_transport import ClientError
@@ -595,6 +603,7 @@ def main():
         argument_spec=dict(
             url=dict(type="str", default="http://127.0.0.1:30000"),
             api_key=dict(type="str", no_log=True),
+            api_key_file=dict(type="path"),
             endpoint=dict(type="str", default="generate",
                           choices=["generate", "completions", "chat"]),
             model=dict(type="str"),
@@ -623,10 +632,14 @@ def main():
             max_failure_rate=dict(type="float", default=0.0),
             warmup_output_len=dict(type="int", default=16),
         ),
-        mutually_exclusive=[["num_prompts", "duration"]],
+        mutually_exclusive=[["num_prompts", "duration"], ["api_key", "api_key_file"]],
         supports_check_mode=True,
     )
     p = dict(module.params)
+    key_error = sglang_api_key.resolve(p, module)
+    if key_error:
+        module.fail_json(msg=key_error)
+    p.pop("api_key_file")
     _validate(module, p)
     cfg = dict(p)
     cfg["prompts"] = _load_dataset(module, p)

@@ -37,6 +37,13 @@ options:
   api_key:
     description: The server's C(--api-key), sent as a bearer token. Never logged or returned.
     type: str
+  api_key_file:
+    description:
+      - Path on the node of SGLang's C(--config) YAML whose C(api-key) is sent, read where the module
+        runs (the service role publishes it as C(sglang_service_names.api_key_file)), so the key never
+        passes through the controller. A missing file means the server runs without a key.
+      - Mutually exclusive with O(api_key).
+    type: path
   num_prompts:
     description:
       - How many of the built-in prompts to send (the first O(num_prompts) of 16).
@@ -138,6 +145,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_api_key
 from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_transport import Client, ClientError
 
 # Fixed on purpose: a check compares two runs' answers to these exact prompts. Plain text, so every tokenizer
@@ -238,14 +246,19 @@ def main():
         argument_spec=dict(
             url=dict(type="str", default="http://127.0.0.1:30000"),
             api_key=dict(type="str", no_log=True),
+            api_key_file=dict(type="path"),
             num_prompts=dict(type="int", default=8),
             prompts=dict(type="list", elements="raw"),
             max_new_tokens=dict(type="int", default=32, no_log=False),
             timeout=dict(type="float", default=120.0),
         ),
+        mutually_exclusive=[["api_key", "api_key_file"]],
         supports_check_mode=True,
     )
     p = module.params
+    key_error = sglang_api_key.resolve(p, module)
+    if key_error:
+        module.fail_json(msg=key_error)
     if not p["url"].startswith("http://"):
         module.fail_json(msg="url must start with http:// (got %r); sglang_greedy talks to the server on the node"
                              % p["url"])

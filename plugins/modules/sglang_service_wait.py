@@ -45,6 +45,13 @@ options:
     description:
       - API key of the server, sent as a bearer token on C(/generate). Health endpoints do not need it.
     type: str
+  api_key_file:
+    description:
+      - Path on the node of SGLang's C(--config) YAML whose C(api-key) is sent, read where the module
+        runs (the service role publishes it as C(sglang_service_names.api_key_file)), so the key never
+        passes through the controller. A missing file means the server runs without a key.
+      - Mutually exclusive with O(api_key).
+    type: path
   timeout:
     description: Seconds to wait in total before failing with class V(timeout).
     type: int
@@ -250,7 +257,7 @@ from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlparse
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.blackwell.sglang.plugins.module_utils import journal, procs
+from ansible_collections.blackwell.sglang.plugins.module_utils import journal, procs, sglang_api_key
 
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "NRestarts", "ExecMainPID",
                    "ExecMainStatus", "InvocationID", "Result")
@@ -597,6 +604,7 @@ def main():
             "unit": {"type": "str", "required": True},
             "base_url": {"type": "str", "default": "http://127.0.0.1:30000"},
             "api_key": {"type": "str", "no_log": True},
+            "api_key_file": {"type": "path"},
             "timeout": {"type": "int", "default": 1800},
             "interval": {"type": "float", "default": 2.0},
             "request_timeout": {"type": "float", "default": 60.0},
@@ -607,9 +615,13 @@ def main():
             "since": {"type": "float"},
             "fail_on_error": {"type": "bool", "default": True},
         },
+        mutually_exclusive=[["api_key", "api_key_file"]],
         supports_check_mode=True,
     )
     p = module.params
+    key_error = sglang_api_key.resolve(p, module)
+    if key_error:
+        module.fail_json(msg=key_error, ready=False, failure_class="unknown")
     for key, low in (("timeout", 1), ("probe_max_new_tokens", 1), ("max_restarts", 0), ("journal_lines", 0)):
         if p[key] < low:
             module.fail_json(msg="%s must be >= %d, got %s" % (key, low, p[key]))

@@ -165,3 +165,18 @@ def test_errors_are_one_clear_message():
         url = args.pop("url", "http://127.0.0.1:%d" % port)
         got = run(url, **args)
         assert got.kind == "fail" and needle in got.result["msg"], got.result
+
+
+def test_key_read_on_the_node_from_the_config_file(tmp_path):
+    """api_key_file: the key the service role wrote to the --config file is sent, never returned; a file
+    that is not YAML fails naming the path, not the text."""
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text('# managed\napi-key: "%s"\n' % KEY)
+    with OpenAIServerThread(generate=True, ttft=0.001, itl=0.0005, api_key=KEY) as s:
+        good = ok(s.url, api_key_file=str(secrets), num_prompts=2, max_new_tokens=4)
+        secrets.write_text("api-key: [%s\n" % KEY)
+        broken = run(s.url, api_key_file=str(secrets), num_prompts=2)
+        both = run(s.url, api_key=KEY, api_key_file=str(secrets), num_prompts=2)
+    assert len(good["outputs"]) == 2 and KEY not in repr(good)
+    assert broken.kind == "fail" and str(secrets) in broken.result["msg"] and KEY not in repr(broken.result)
+    assert both.kind == "fail" and "mutually exclusive" in both.result["msg"]

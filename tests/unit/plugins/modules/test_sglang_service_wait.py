@@ -398,3 +398,28 @@ def test_main_fails_with_class_and_masks_the_api_key(capsys, monkeypatch):
     assert not out.get("failed")
     assert out["ready"] is False and out["changed"] is False
     assert out["ansible_facts"]["sglang_service_wait"]["failure_class"] == "oom_kv_cache"
+
+
+def test_main_reads_the_key_file_and_masks_its_key(capsys, monkeypatch, tmp_path):
+    """api_key_file: the key read on the node is masked like a no_log argument, also in the journal tail."""
+    key = "s3cret-from-the-file"
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text('api-key: "%s"\n' % key)
+    lines = ["x server_args=ServerArgs(api_key='%s')" % key,
+             "x RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]
+
+    def fake_run(self, argv, **kwargs):
+        if argv[:2] == ["systemctl", "show"]:
+            return 0, "LoadState=loaded\nActiveState=failed\nSubState=failed\nNRestarts=0\nInvocationID=i1\n", ""
+        return 0, "".join(json.dumps({"_SYSTEMD_INVOCATION_ID": "i1", "MESSAGE": line}) + "\n" for line in lines), ""
+
+    from ansible.module_utils.basic import AnsibleModule
+
+    monkeypatch.setattr(AnsibleModule, "run_command", fake_run)
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/bin/" + name)
+    out = _run_main(capsys, {"unit": "sglang-qwen", "api_key_file": str(secrets)})
+    assert out["failure_class"] == "oom_kv_cache"
+    assert key not in json.dumps(out)
+    secrets.write_text("api-key: [%s\n" % key)
+    out = _run_main(capsys, {"unit": "sglang-qwen", "api_key_file": str(secrets)})
+    assert out["failed"] is True and str(secrets) in out["msg"] and key not in json.dumps(out)
