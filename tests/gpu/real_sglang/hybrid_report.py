@@ -302,12 +302,14 @@ def sim_compare(entries, hf_config, total_mib=None):
                 "state_gib": mem.get("state_gb"), "intermediate_gib": mem.get("intermediate_gb"),
                 "kv_tokens": mem.get("max_total_num_tokens", t.get("kv_tokens")),
                 "cap": mem.get("max_running_requests"), "slots_per_request": mem.get("state_slots_per_request")}
+        real["draft_path"] = "--speculative-draft-model-path" in (mem.get("launch_argv") or [])
         sims = {}
         for name, argv in SIM_VARIANTS:
             p = sim_plan(rec, hf_config, total_mib, argv)
             if "error" in p:
                 sims[name] = {"error": p["error"], "class": sim_failure_class(p), "message": p.get("message")}
                 continue
+            pathless = rec["meta"]["depth"] > 0 and not real["draft_path"]
             sims[name] = {"weights_gib": p["weights_mib"] / 1024.0, "draft_weights_gib": p["draft_weights_mib"] / 1024.0,
                           "free_before_weights_gib": p["avail_begin_mib"] / 1024.0,
                           "slots": p["max_mamba_cache_size"],
@@ -315,9 +317,25 @@ def sim_compare(entries, hf_config, total_mib=None):
                           "intermediate_gib": (p.get("mamba_intermediate_ssm_mib", 0.0)
                                                + p.get("mamba_conv_window_mib", 0.0)) / 1024.0,
                           "kv_tokens": p["max_total_num_tokens"], "cap": p["max_running_requests"],
+                          "kv_tokens_0517": kv_tokens_0517(p, hf_config) if pathless else p["max_total_num_tokens"],
                           "slots_per_request": memory_check.memory.mamba_ratio(_strategy_of(argv, rec))}
         out[label] = {"meta": rec["meta"], "real": real, "sim": sims}
     return out
+
+
+def kv_tokens_0517(plan, hf_config):
+    """The KV tokens 0.5.17 sizes from the sim's budget for a draft without a path (NEXTN's own
+    MTP head): its ``model_runner_components/spec_aux_hidden_state.py``
+    ``_resolve_eagle_aux_hidden_state`` sets ``eagle_draft_num_layers`` only when
+    ``--speculative-draft-model-path`` is given, so ``pool_configurator.py``
+    ``DefaultPoolConfigurator.__init__`` leaves the cell at the target's full-attention layers, and
+    the draft worker then allocates its own pool of as many tokens outside that budget. The sim
+    follows 0.5.23, which charges the MTP layer in the cell (MEMORY.md, difference 2). Same budget
+    after the state pool as the sim's plan; page size 1."""
+    model = memory_check.config.model_from_hf_config(hf_config)
+    cell = memory_check.memory.kv_bytes_per_token(model, 1, "auto", False)
+    rest_mib = plan["pool_budget_mib"] - plan["mamba_mib"]
+    return int(rest_mib * memory_check.memory.MIB) // cell
 
 
 def _strategy_of(argv, rec):
@@ -331,17 +349,20 @@ def _strategy_of(argv, rec):
 
 def sim_table(cmp_, trim="experts32"):
     rows = ["| start | slots real / sim nb / sim 23 | cap real / sim nb / sim 23 | KV tokens real / sim nb (diff) "
+            "| KV tokens sim nb, 0.5.17's path-less draft cell (diff) "
             "| state GiB real / sim nb | intermediate GiB real / sim nb | weights GiB real / sim |",
-            "|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|"]
     for label, c in sorted(cmp_.items(), key=lambda kv: (kv[1]["meta"]["depth"], kv[0])):
         if c["meta"]["trim"] != trim or c["meta"]["fraction"] is not None:
             continue
         r, nb, v23 = c["real"], c["sim"]["no_buffer"], c["sim"]["0.5.23"]
         kvd = memory_check.rel_diff(r["kv_tokens"], nb.get("kv_tokens"))
-        rows.append("| %s | %s / %s / %s | %s / %s / %s | %s / %s (%s) | %s / %s | %s / %s | %s / %s |" % (
+        kvd17 = memory_check.rel_diff(r["kv_tokens"], nb.get("kv_tokens_0517"))
+        rows.append("| %s | %s / %s / %s | %s / %s / %s | %s / %s (%s) | %s (%s) | %s / %s | %s / %s | %s / %s |" % (
             label, _f(r["slots"]), _f(nb.get("slots", nb.get("error"))), _f(v23.get("slots", v23.get("error"))),
             _f(r["cap"]), _f(nb.get("cap")), _f(v23.get("cap")),
             _f(r["kv_tokens"]), _f(nb.get("kv_tokens")), "" if kvd is None else "%+.1f %%" % (100 * kvd),
+            _f(nb.get("kv_tokens_0517")), "" if kvd17 is None else "%+.1f %%" % (100 * kvd17),
             _f(r["state_gib"]), _f(nb.get("state_gib")), _f(r["intermediate_gib"]), _f(nb.get("intermediate_gib")),
             _f(r["weights_gib"]), _f(nb.get("weights_gib"))))
     return "\n".join(rows)
