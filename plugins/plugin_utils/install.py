@@ -233,16 +233,3 @@ def sglang_install_stale_files(files, source, node, want):
                 or str(theirs.get("mode", "")).lstrip("0") != str(want["mode"]).lstrip("0"):
             stale.append(rel)
     return stale
-
-
-class FilterModule(object):
-    """Install decisions (see the module docstring)."""
-
-    def filters(self):
-        return {
-            "sglang_install_pick_release": sglang_install_pick_release,
-            "sglang_install_problems": sglang_install_problems,
-            "sglang_install_cuda_environment": sglang_install_cuda_environment,
-            "sglang_install_compiler_problems": sglang_install_compiler_problems,
-            "sglang_install_stale_files": sglang_install_stale_files,
-        }

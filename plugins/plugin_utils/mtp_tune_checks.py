@@ -150,13 +150,3 @@ def mtp_tune_smoke_due(winner_key, unit_changed, previous=None):
     previous = previous if isinstance(previous, dict) else {}
     verify = previous.get("verify") if isinstance(previous.get("verify"), dict) else {}
     return bool(unit_changed or previous.get("key") != winner_key or not verify.get("ok"))
-
-
-class FilterModule(object):
-    def filters(self):
-        return {
-            "mtp_tune_dataset_problems": mtp_tune_dataset_problems,
-            "mtp_tune_no_winner_message": mtp_tune_no_winner_message,
-            "mtp_tune_smoke_due": mtp_tune_smoke_due,
-            "mtp_tune_spec_problems": spec_problems,
-        }

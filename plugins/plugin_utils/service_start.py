@@ -155,13 +155,3 @@ def sglang_service_unit_base_url(text, fallback=None):
     elif ":" in host and not host.startswith("["):
         host = "[%s]" % host
     return "http://%s:%s" % (host, found["--port"])
-
-
-class FilterModule(object):
-    def filters(self):
-        return {
-            "sglang_service_result": sglang_service_result,
-            "sglang_service_rollback_action": sglang_service_rollback_action,
-            "sglang_service_start_report": sglang_service_start_report,
-            "sglang_service_unit_base_url": sglang_service_unit_base_url,
-        }
