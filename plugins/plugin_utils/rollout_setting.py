@@ -3,39 +3,24 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Decisions of the fleet rollout (role ``rollout``, playbook ``rollout.yml``) as pure functions.
+"""What the fleet rollout (role ``rollout``, playbook ``rollout.yml``) rolls out, as pure functions.
 
 The role only moves data: render the unit, restart, wait, benchmark, roll back. Everything it has
-to decide is here so that it can be tested without a fleet:
+to decide is in plugins/plugin_utils/rollout_*.py so that it can be tested without a fleet; this
+module decides the setting:
 
 rollout_requested
     the setting to roll out, from the operator's extra vars or from a tuning run's winner.
 rollout_tuned_setting
     the winner of an ``mtp_tune`` run, read from the text of one or more ``results.json``.
-rollout_unit_settings
-    what a rendered (or hand-written) unit runs, read back from its text.
-rollout_smoke_check
-    whether a short ``sglang_bench`` run clears the floors (absolute, or within X% of the tuned figure).
-rollout_budget
-    whether the fleet's failure budget (``rollout_max_fail_percentage``) is spent.
-rollout_unit_state / rollout_unit_steady
-    a node's unit as it records itself (``sglang_node_info``), and whether it held through the
-    smoke bench (no stop, no restart by systemd or its watchdog).
-rollout_summary / rollout_summary_markdown
-    the fleet summary written on the controller.
+rollout_unit_settings / rollout_at_setting
+    what a rendered (or hand-written) unit runs, read back from its text, and whether that is the
+    requested setting.
+rollout_kind / setting_label
+    which kind of rollout the play runs, and a setting's short name.
 
-Outcomes of a node (``OUTCOMES``)::
-
-    updated          new unit, ready, smoke bench passed
-    unchanged        the unit already had the setting; serving, smoke bench passed
-    would_update     check mode: the unit would change (nothing touched)
-    rolled_back      new setting failed (start or smoke bench); previous unit restored and serving
-    failed           the node failed and was not rolled back (no previous unit, or the unit did
-                     not change so there was nothing to roll back to); see ``serving``
-    rollback_failed  new setting failed and the previous unit did not come back either
-    unreachable      the node did not answer when its turn came; nothing was touched
-    skipped          the failure budget was spent before its batch; nothing was touched
-    in_progress      its turn started but no outcome was recorded (run interrupted)
+The gate each node passes is in rollout_gate.py, the fleet summary in rollout_summary.py.
+Controller-side library of plugins/filter/rollout.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -43,11 +28,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
-import math
 import re
 import shlex
 
-from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, render_json
+from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 
 try:
@@ -56,17 +40,6 @@ except ImportError:  # pragma: no cover - only for running the pure functions wi
     class AnsibleFilterError(Exception):
         pass
 
-
-SCHEMA = 1
-OUTCOMES = ("updated", "unchanged", "would_update", "rolled_back", "failed", "rollback_failed",
-            "unreachable", "skipped", "in_progress")
-# Outcomes that spend the failure budget: the new setting was tried and did not hold.
-FAILED_OUTCOMES = ("rolled_back", "failed", "rollback_failed")
-# The node is at the requested setting (or would be, in check mode).
-DONE_OUTCOMES = ("updated", "unchanged")
-
-# What the summary keeps of the run's plan.
-RUN_KEYS = ("run_id", "started", "finished", "serial", "summary_dir", "in_progress")
 
 SPEC_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
              "speculative_num_draft_tokens")
@@ -441,347 +414,3 @@ def rollout_at_setting(current, requested):
         if not _same_override(key, current.get(key), value):
             return False
     return True
-
-
-# --------------------------------------------------------------------------- smoke bench
-
-def rollout_smoke_check(bench, concurrency, min_tok_s=None, min_aggregate_tok_s=None, tuned=None,
-                        max_regression_pct=None):
-    """Whether a smoke bench clears its floors.
-
-    ``bench``: ``sglang_bench``'s fact (levels keyed by concurrency string; a ``levels`` list is
-    accepted too). ``concurrency``: the levels asked for; the first is the low one (C=1).
-
-    Floors, each only when set:
-    - ``min_tok_s``: per-request decode tok/s at the low level (the operator's "tok/s at C=1");
-    - ``min_aggregate_tok_s``: aggregate output tok/s at the highest level;
-    - ``tuned`` + ``max_regression_pct``: at every level the tuning run measured too, the same two
-      figures may be at most X% below the tuned ones (the smoke bench is short, so X should cover
-      its noise).
-    Any failed request, or a level that is missing, fails the check.
-
-    Returns ``{"ok", "reasons": [...], "checks": [{level, figure, value, floor, ok, basis}],
-    "figures": {C: {decode_tps_mean, output_throughput, completed, failed}}}``.
-    """
-    levels = [_conc_key(c) for c in (concurrency or [])]
-    if not levels:
-        raise AnsibleFilterError("rollout_smoke_concurrency must list at least one level")
-    min_tok_s = _opt_num(min_tok_s, "rollout_min_tok_s")
-    min_agg = _opt_num(min_aggregate_tok_s, "rollout_min_aggregate_tok_s")
-    regression = _opt_num(max_regression_pct, "rollout_max_regression_pct")
-    if regression is not None and regression >= 100:
-        raise AnsibleFilterError("rollout_max_regression_pct must be below 100, got %r" % max_regression_pct)
-    bench = bench if isinstance(bench, dict) else {}
-    by_c = dict((k, v) for k, v in bench.items() if str(k).isdigit())
-    for lvl in bench.get("levels") or []:
-        if isinstance(lvl, dict) and lvl.get("concurrency") is not None:
-            by_c.setdefault(str(lvl["concurrency"]), lvl)
-    figures, checks, reasons = {}, [], []
-    for c in levels:
-        if c not in by_c:
-            reasons.append("level C=%s missing from the smoke bench" % c)
-            continue
-        fig = _figures(by_c[c])
-        figures[c] = fig
-        if fig["failed"]:
-            reasons.append("C=%s: %d request(s) failed" % (c, int(fig["failed"])))
-        if not fig["completed"]:
-            reasons.append("C=%s: no request completed" % c)
-
-    def check(level, figure, floor, basis):
-        if floor is None or level not in figures:
-            return
-        value = figures[level][figure]
-        ok = value is not None and value >= floor
-        checks.append({"level": int(level), "figure": figure, "value": value, "floor": round(floor, 3),
-                       "ok": ok, "basis": basis})
-        if not ok:
-            reasons.append("C=%s %s %s below the floor %.1f (%s)" % (
-                level, figure, "n/a" if value is None else "%.1f" % value, floor, basis))
-
-    low, high = levels[0], levels[-1]
-    check(low, "decode_tps_mean", min_tok_s, "rollout_min_tok_s")
-    check(high, "output_throughput", min_agg, "rollout_min_aggregate_tok_s")
-    if tuned and regression is not None:
-        keep = 1.0 - regression / 100.0
-        for c in levels:
-            ref = (tuned or {}).get(c) or {}
-            for figure in ("decode_tps_mean", "output_throughput"):
-                if c == low and figure == "output_throughput" and len(levels) > 1:
-                    continue  # at C=1 both figures say the same; the per-request one is the headline
-                if c != low and figure == "decode_tps_mean":
-                    continue  # at high C the aggregate is what the operator tuned for
-                ref_value = _num(ref.get(figure))
-                if ref_value:
-                    check(c, figure, ref_value * keep, "within %g%% of the tuned %.1f" % (regression, ref_value))
-    return {"ok": not reasons, "reasons": reasons, "checks": checks, "figures": figures}
-
-
-# --------------------------------------------------------------------------- failure budget
-
-def rollout_budget(results, total, max_fail_percentage=0, count_unreachable=False):
-    """Whether the fleet's failure budget is spent.
-
-    The budget is a share of the whole fleet (every host the rollout targets), like Ansible's
-    ``max_fail_percentage``: the rollout stops when failed / total x 100 is *greater* than it.
-    0 stops at the first failure; 100 never stops. ``failed`` counts nodes whose new setting did
-    not hold (rolled back, failed, rollback failed); unreachable nodes only with
-    ``count_unreachable``, since the setting never reached them.
-
-    Returns ``{"total", "failed", "allowed", "spent", "max_fail_percentage", "failed_hosts"}``.
-    """
-    total = _int(total, "number of hosts", 0)
-    pct = _num(max_fail_percentage)
-    if pct is None or pct < 0 or pct > 100:
-        raise AnsibleFilterError("rollout_max_fail_percentage must be a number from 0 to 100, got %r"
-                                 % (max_fail_percentage,))
-    counted = FAILED_OUTCOMES + (("unreachable",) if count_unreachable else ())
-    failed_hosts = sorted(r.get("host") for r in (results or []) if isinstance(r, dict)
-                          and r.get("outcome") in counted)
-    failed = len(failed_hosts)
-    spent = total > 0 and failed * 100.0 > pct * total
-    return {"total": total, "failed": failed, "allowed": int(math.floor(pct * total / 100.0 + 1e-9)),
-            "spent": spent, "max_fail_percentage": pct, "failed_hosts": failed_hosts}
-
-
-# --------------------------------------------------------------------------- summary
-
-def rollout_summary(results, hosts, requested=None, budget=None, run=None, check_mode=False):
-    """The fleet summary: one row per targeted host, in inventory order.
-
-    ``results``: the per-node records the role set (any order; hosts without one are ``skipped``
-    or, when ``run.in_progress`` names them, ``in_progress``). ``run``: ``{"run_id", "started",
-    "finished", "in_progress": [hosts], "serial", "summary_dir"}`` (other keys are dropped).
-    """
-    run = dict((k, v) for k, v in (run or {}).items() if k in RUN_KEYS)
-    by_host = dict((r.get("host"), r) for r in (results or []) if isinstance(r, dict) and r.get("host"))
-    started = set(run.get("in_progress") or [])
-    nodes = []
-    for host in hosts or []:
-        rec = by_host.get(host)
-        if rec is None:
-            outcome = "in_progress" if host in started else "skipped"
-            rec = {"host": host, "outcome": outcome, "serving": "unknown" if outcome == "in_progress" else "old"}
-        rec = dict(rec)
-        if rec.get("outcome") not in OUTCOMES:
-            raise AnsibleFilterError("host %s has unknown rollout outcome %r" % (host, rec.get("outcome")))
-        nodes.append(rec)
-    counts = dict((o, 0) for o in OUTCOMES)
-    for rec in nodes:
-        counts[rec["outcome"]] += 1
-    counts = dict((k, v) for k, v in counts.items() if v)
-    done = sum(counts.get(o, 0) for o in DONE_OUTCOMES)
-    if check_mode:
-        complete = False
-        status = "check_mode"
-    else:
-        complete = bool(nodes) and done == len(nodes)
-        status = "complete" if complete else ("stopped_by_failure_budget" if (budget or {}).get("spent")
-                                              else "incomplete")
-    return {
-        "schema": SCHEMA,
-        "run": run,
-        "requested": requested,
-        "status": status,
-        "complete": complete,
-        "budget": budget,
-        "counts": counts,
-        "nodes": nodes,
-    }
-
-
-def _fig(value, digits=0):
-    if value is None:
-        return "-"
-    return ("%%.%df" % digits) % value
-
-
-def _smoke_cell(rec):
-    smoke = rec.get("smoke") or {}
-    figs = smoke.get("figures") or {}
-    if not figs:
-        return "-"
-    parts = []
-    for c in sorted(figs, key=int):
-        f = figs[c]
-        parts.append("C%s %s/%s" % (c, _fig(f.get("decode_tps_mean")), _fig(f.get("output_throughput"))))
-    return " · ".join(parts) + (" ✓" if smoke.get("ok") else " ✗")
-
-
-def rollout_unit_state(info):
-    """A node's unit as the gate and the summary need it, from a sglang_node_info result.
-
-    ``None`` (or a result without ``unit``) gives ``None``: the node could not be read.
-    """
-    if not isinstance(info, dict) or not isinstance(info.get("unit"), dict):
-        return None
-    unit = info["unit"]
-    serving = info.get("serving") or {}
-    failure = serving.get("last_failure") or {}
-    watchdog = serving.get("watchdog") or {}
-    try:
-        restarts = int(unit.get("n_restarts") or serving.get("restarts") or 0)
-    except (TypeError, ValueError):
-        restarts = 0
-    return {
-        "active": unit.get("active_state") == "active",
-        "active_state": unit.get("active_state"),
-        "invocation_id": unit.get("invocation_id") or None,
-        "ready": serving.get("ready"),
-        "restarts": restarts,
-        "start_limit_hit": bool(serving.get("start_limit_hit")),
-        "last_failure_class": failure.get("class"),
-        "last_failure_line": failure.get("line"),
-        "last_failure_time": failure.get("time"),
-        "watchdog_restarts": int(watchdog.get("restarts_total") or 0),
-        "watchdog_gave_up": bool(watchdog.get("gave_up")),
-    }
-
-
-def rollout_unit_steady(ready, after):
-    """Why the unit did not hold between two readings (empty when it did).
-
-    ``ready``: the unit right after the service role saw tokens; ``after``: the same unit after
-    the smoke bench. A unit that stopped, restarted by itself (systemd or its watchdog) or was
-    started anew in between did not hold, even if it answers again by now.
-    """
-    if not ready or not after:
-        return ""
-    if not after.get("active"):
-        return "the unit is %s after the smoke bench (it ran when the bench began)" % (
-            after.get("active_state") or "not running")
-    if after.get("restarts", 0) > ready.get("restarts", 0):
-        return "the unit restarted %d time(s) during the smoke bench%s" % (
-            after["restarts"] - ready.get("restarts", 0),
-            (" (last failure: %s)" % after["last_failure_class"]) if after.get("last_failure_class") else "")
-    if after.get("watchdog_restarts", 0) > ready.get("watchdog_restarts", 0):
-        return "the wedge watchdog restarted the unit during the smoke bench"
-    if ready.get("invocation_id") and after.get("invocation_id") and \
-            ready["invocation_id"] != after["invocation_id"]:
-        return "the unit was started anew during the smoke bench"
-    return ""
-
-
-def rollout_failed_record(record, action, stage, unit_changed, reason, service_result=None, unit_active=False,
-                          rollback_error=None):
-    """A failed node's record: ``outcome``, ``serving`` and what the rollback did, decided once.
-
-    ``action`` is sglang_service_rollback_action's (restore / stop / none). A restore reads the
-    restored unit's fate from ``service_result`` (the fact sglang_service_result), or from
-    ``rollback_error`` when the rollback itself failed as a task. Without a restore the node still
-    serves the new setting only where nothing changed it and the failure came after the server was
-    up: a smoke bench below the floor, or a unit that was unsteady but is active again
-    (``unit_active``); otherwise it serves nothing, and the reason says why there was no going back.
-    """
-    out = dict(record or {})
-    if action == "restore":
-        if rollback_error is not None:
-            out.update({"outcome": "rollback_failed", "serving": "none",
-                        "rollback": {"ready": False, "error": str(rollback_error)}})
-            return out
-        res = service_result or {}
-        back = bool(res.get("rollback_ready"))
-        out.update({"outcome": "rolled_back" if back else "rollback_failed", "serving": "old" if back else "none",
-                    "rollback": {"ready": back, "failure_class": res.get("rollback_failure_class"),
-                                 "journal_tail": list(res.get("rollback_journal_tail") or [])[-10:]}})
-        return out
-    up_before = stage == "smoke" or (stage == "steady" and bool(unit_active))
-    out.update({"outcome": "failed", "serving": "new" if up_before and not unit_changed else "none",
-                "reason": "%s; %s" % (reason, "no previous unit to roll back to" if unit_changed
-                                      else "the unit already had this setting, nothing to roll back to")})
-    return out
-
-
-def _unit_cell(rec):
-    """The summary's unit column: the unit's own view after this node's turn."""
-    unit = rec.get("unit")
-    if not isinstance(unit, dict):
-        return "-"
-    parts = [unit.get("active_state") or "-"]
-    if unit.get("ready") is not None:
-        parts[0] += ", tokens" if unit["ready"] else ", no tokens"
-    parts.append("%d restart%s" % (unit.get("restarts") or 0, "" if unit.get("restarts") == 1 else "s"))
-    if unit.get("start_limit_hit"):
-        parts.append("crash-loop brake hit")
-    if unit.get("last_failure_class"):
-        parts.append("last failure %s" % unit["last_failure_class"])
-    if unit.get("watchdog_restarts"):
-        parts.append("watchdog restarts %d" % unit["watchdog_restarts"])
-    if unit.get("watchdog_gave_up"):
-        parts.append("watchdog gave up")
-    before = rec.get("unit_before")
-    if isinstance(before, dict) and (before.get("start_limit_hit") or before.get("watchdog_gave_up")):
-        parts.append("before: %s" % ("crash-loop brake hit" if before.get("start_limit_hit") else "watchdog gave up"))
-    return ", ".join(parts)
-
-
-def _md_escape(text):
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def rollout_summary_markdown(summary):
-    """The summary as a Markdown page: header, one table row per node, then failure details."""
-    run = summary.get("run") or {}
-    req = summary.get("requested") or {}
-    budget = summary.get("budget") or {}
-    out = [("# SGLang rollout %s" % (run.get("run_id") or "")).rstrip(), ""]
-    out.append("- setting: **%s** (from %s)" % (req.get("label") or setting_label(req), req.get("source") or "-"))
-    src = req.get("tuned_from") or {}
-    if src.get("path"):
-        out.append("- tuned on %s, run %s (%s)" % (src.get("host"), src.get("run"), src.get("path")))
-    counts = ", ".join("%s %d" % (k, v) for k, v in sorted((summary.get("counts") or {}).items()))
-    out.append("- status: **%s**%s" % (summary.get("status"), " (%s)" % counts if counts else ""))
-    if budget:
-        out.append("- failure budget: %s of %s nodes failed, %s allowed (max_fail_percentage %g)%s" % (
-            budget.get("failed"), budget.get("total"), budget.get("allowed"),
-            budget.get("max_fail_percentage") or 0, ", spent" if budget.get("spent") else ""))
-    if run.get("serial") is not None:
-        out.append("- batches: serial %s" % run.get("serial"))
-    if run.get("started"):
-        out.append("- started %s, finished %s" % (run.get("started"), run.get("finished") or "-"))
-    out += ["", "Smoke figures: per-request decode tok/s / aggregate output tok/s per concurrency level.", "",
-            "| node | outcome | old setting | new setting | serving | unit | smoke | note |",
-            "|---|---|---|---|---|---|---|---|"]
-    for rec in summary.get("nodes") or []:
-        note = rec.get("failure_class") or ""
-        if rec.get("reason"):
-            note = (note + ": " if note else "") + rec["reason"]
-        out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            _md_escape(rec.get("host")), rec.get("outcome"), _md_escape(setting_label(rec.get("old"))),
-            _md_escape(setting_label(rec.get("new"))), rec.get("serving") or "-", _md_escape(_unit_cell(rec)),
-            _smoke_cell(rec),
-            _md_escape(note)[:200]))
-    failed = [r for r in summary.get("nodes") or [] if r.get("journal_tail")]
-    if failed:
-        out += ["", "## Journal tails of failed starts", ""]
-        for rec in failed:
-            out += ["### %s (%s)" % (rec.get("host"), rec.get("failure_class") or "unknown"), "", "```"]
-            out += [str(line) for line in (rec.get("journal_tail") or [])[-20:]]
-            out += ["```", ""]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def rollout_summary_json(summary):
-    """Stable JSON text (sorted keys, no NaN) of the summary."""
-    return render_json(summary)
-
-
-class FilterModule(object):
-    """Rollout decisions (see the module docstring)."""
-
-    def filters(self):
-        return {
-            "rollout_requested": rollout_requested,
-            "rollout_tuned_setting": rollout_tuned_setting,
-            "rollout_unit_settings": rollout_unit_settings,
-            "rollout_smoke_check": rollout_smoke_check,
-            "rollout_budget": rollout_budget,
-            "rollout_summary": rollout_summary,
-            "rollout_summary_markdown": rollout_summary_markdown,
-            "rollout_summary_json": rollout_summary_json,
-            "rollout_setting_label": setting_label,
-            "rollout_unit_state": rollout_unit_state,
-            "rollout_unit_steady": rollout_unit_steady,
-            "rollout_failed_record": rollout_failed_record,
-            "rollout_kind": rollout_kind,
-        }

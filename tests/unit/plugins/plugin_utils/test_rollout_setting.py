@@ -7,19 +7,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.blackwell.sglang.plugins.filter import rollout as f
-from ansible_collections.blackwell.sglang.plugins.filter import service as svc
 from ansible_collections.blackwell.sglang.plugins.module_utils import mtp_report
-
-Err = f.AnsibleFilterError
-
-
-# --------------------------------------------------------------------------- fixtures
-
-def level(c, decode, agg, failed=0, completed=8):
-    """A level the way sglang_bench returns it (nested decode stats)."""
-    return {"concurrency": c, "completed": completed, "failed": failed, "output_throughput": agg,
-            "decode_tps_per_request": {"mean": decode, "p50": decode}, "ttft_ms": {"p99": 80.0}}
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import rollout_setting as f
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import service_args as svc
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import service_record
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule as ss
+from rollout_cases import Err, level
+from schedule_cases import SCHEDULE, SCHEDULE_FLAGS, settings
 
 
 def attempt(steps, status="ok", metrics=None, overrides=None, failure_class=None):
@@ -49,8 +43,6 @@ def results_doc(host="gpu-a1", winner_steps=4, overrides=None):
 def as_item(doc, path="results/mtp_tune/r1/gpu-a1/results.json"):
     return {"path": path, "text": mtp_report.render_json(doc)}
 
-
-# --------------------------------------------------------------------------- rollout_requested
 
 def test_requested_from_extra_vars_derives_draft_tokens():
     got = f.rollout_requested("4")  # extra vars arrive as strings
@@ -93,8 +85,6 @@ def test_requested_from_tuning_winner_keeps_overrides_and_figures():
     assert got["tuned_from"]["host"] == "gpu-a1"
 
 
-# --------------------------------------------------------------------------- rollout_tuned_setting
-
 def test_tuned_setting_reads_winner_and_its_figures():
     got = f.rollout_tuned_setting([as_item(results_doc())])
     assert (got["steps"], got["topk"], got["draft_tokens"], got["key"]) == (4, 1, 5, "s4-k1-d5")
@@ -128,8 +118,6 @@ def test_tuned_setting_without_winner_or_files():
     with pytest.raises(Err, match="no results file for host zz"):
         f.rollout_tuned_setting([as_item(results_doc())], host="zz")
 
-
-# --------------------------------------------------------------------------- rollout_unit_settings
 
 def test_unit_settings_read_back_from_the_service_roles_comment():
     settings = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
@@ -166,147 +154,9 @@ def test_unit_settings_absent_or_unreadable():
     assert not f.rollout_at_setting(None, f.rollout_requested(3))
 
 
-# --------------------------------------------------------------------------- rollout_smoke_check
-
-BENCH = {"1": level(1, 270.0, 268.0), "8": level(8, 180.0, 1200.0), "levels": []}
-
-
-def test_smoke_passes_absolute_floors():
-    got = f.rollout_smoke_check(BENCH, [1, 8], min_tok_s=250, min_aggregate_tok_s=1000)
-    assert got["ok"], got["reasons"]
-    assert [(c["level"], c["figure"], c["ok"]) for c in got["checks"]] == [
-        (1, "decode_tps_mean", True), (8, "output_throughput", True)]
-    assert got["figures"]["8"]["output_throughput"] == 1200.0
-
-
-def test_smoke_below_absolute_floor_fails_with_reason():
-    got = f.rollout_smoke_check(BENCH, [1, 8], min_tok_s=275)
-    assert not got["ok"]
-    assert got["reasons"] == ["C=1 decode_tps_mean 270.0 below the floor 275.0 (rollout_min_tok_s)"]
-
-
-def test_smoke_relative_to_tuned_figures():
-    tuned = {"1": {"decode_tps_mean": 277.0, "output_throughput": 277.0},
-             "8": {"decode_tps_mean": 190.0, "output_throughput": 1300.0}}
-    ok = f.rollout_smoke_check(BENCH, ["1", "8"], tuned=tuned, max_regression_pct=10)
-    assert ok["ok"], ok["reasons"]  # 270 >= 249.3 and 1200 >= 1170
-    bad = f.rollout_smoke_check(BENCH, [1, 8], tuned=tuned, max_regression_pct=5)
-    assert not bad["ok"] and len(bad["reasons"]) == 1 and "C=8 output_throughput" in bad["reasons"][0]
-    # A level the tuning run never measured is simply not compared.
-    only_c1 = f.rollout_smoke_check(BENCH, [1, 8], tuned={"1": tuned["1"]}, max_regression_pct=5)
-    assert only_c1["ok"] and len(only_c1["checks"]) == 1
-
-
-def test_smoke_failed_requests_or_missing_level_fail_without_floors():
-    bench = {"1": level(1, 270.0, 268.0, failed=2), "levels": [level(8, 0.0, 0.0, completed=0)]}
-    got = f.rollout_smoke_check(bench, [1, 8, 16])
-    assert not got["ok"]
-    assert got["reasons"] == ["C=1: 2 request(s) failed", "C=8: no request completed",
-                              "level C=16 missing from the smoke bench"]
-    assert f.rollout_smoke_check({}, [1])["reasons"] == ["level C=1 missing from the smoke bench"]
-
-
-@pytest.mark.parametrize("kwargs,msg", [
-    ({"concurrency": []}, "at least one level"),
-    ({"concurrency": [0]}, ">= 1"),
-    ({"concurrency": [1], "min_tok_s": -5}, "rollout_min_tok_s"),
-    ({"concurrency": [1], "max_regression_pct": 100}, "below 100"),
-    ({"concurrency": [1], "min_aggregate_tok_s": "lots"}, "rollout_min_aggregate_tok_s"),
-])
-def test_smoke_rejects_bad_settings(kwargs, msg):
-    with pytest.raises(Err, match=msg):
-        f.rollout_smoke_check(BENCH, **kwargs)
-
-
-# --------------------------------------------------------------------------- rollout_budget
-
-def results(*outcomes):
-    return [{"host": "n%d" % i, "outcome": o} for i, o in enumerate(outcomes, 1)]
-
-
-def test_budget_zero_stops_at_first_failure():
-    assert not f.rollout_budget(results("updated", "updated"), 3, 0)["spent"]
-    got = f.rollout_budget(results("updated", "rolled_back"), 3, 0)
-    assert got["spent"] and got["failed"] == 1 and got["allowed"] == 0 and got["failed_hosts"] == ["n2"]
-
-
-def test_budget_is_a_share_of_the_whole_fleet():
-    # 10 nodes, 20%: two failures are allowed, the third spends the budget (like Ansible: "greater than").
-    assert f.rollout_budget(results("rolled_back", "failed"), 10, 20) == {
-        "total": 10, "failed": 2, "allowed": 2, "spent": False, "max_fail_percentage": 20.0,
-        "failed_hosts": ["n1", "n2"]}
-    assert f.rollout_budget(results("rolled_back", "failed", "rollback_failed"), 10, "20")["spent"]
-    assert not f.rollout_budget(results("rolled_back", "failed", "rolled_back"), 3, 100)["spent"]
-
-
-def test_budget_unreachable_counts_only_when_asked():
-    res = results("updated", "unreachable")
-    assert not f.rollout_budget(res, 3, 0)["spent"]
-    assert f.rollout_budget(res, 3, 0, count_unreachable=True)["spent"]
-
-
-@pytest.mark.parametrize("pct", [-1, 101, "half", None])
-def test_budget_rejects_bad_percentage(pct):
-    with pytest.raises(Err, match="0 to 100"):
-        f.rollout_budget([], 3, pct)
-
-
-# --------------------------------------------------------------------------- summary
-
-def test_summary_rows_in_inventory_order_with_missing_hosts():
-    req = f.rollout_requested(4)
-    recs = [
-        {"host": "n2", "outcome": "rolled_back",
-         "old": {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4},
-         "new": {"speculative_num_steps": 4, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 5},
-         "serving": "old", "failure_class": "oom_kv_cache", "reason": "server did not start",
-         "journal_tail": ["RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]},
-        {"host": "n1", "outcome": "updated", "serving": "new",
-         "smoke": {"ok": True, "figures": {"1": {"decode_tps_mean": 277.2, "output_throughput": 270.0},
-                                           "8": {"decode_tps_mean": 190.0, "output_throughput": 1400.4}}}},
-    ]
-    budget = f.rollout_budget(recs, 4, 0)
-    s = f.rollout_summary(recs, ["n1", "n2", "n3", "n4"], req, budget,
-                          {"run_id": "20261202T150000Z", "in_progress": ["n3"], "hosts": ["n1"], "serial": 1})
-    assert s["run"] == {"run_id": "20261202T150000Z", "in_progress": ["n3"], "serial": 1}
-    assert [n["host"] for n in s["nodes"]] == ["n1", "n2", "n3", "n4"]
-    assert [n["outcome"] for n in s["nodes"]] == ["updated", "rolled_back", "in_progress", "skipped"]
-    assert s["status"] == "stopped_by_failure_budget" and not s["complete"]
-    assert s["counts"] == {"updated": 1, "rolled_back": 1, "in_progress": 1, "skipped": 1}
-    md = f.rollout_summary_markdown(s)
-    assert md.startswith("# SGLang rollout 20261202T150000Z\n")
-    assert "| n1 | updated | - | - | new | - | C1 277/270 · C8 190/1400 ✓ |  |" in md
-    assert "| n2 | rolled_back | steps=3 topk=1 draft=4 | steps=4 topk=1 draft=5 | old | - | - | oom_kv_cache: server did not start |" in md
-    assert "RuntimeError: Not enough memory" in md
-    assert "1 of 4 nodes failed, 0 allowed" in md and "status: **stopped_by_failure_budget**" in md
-    back = json.loads(f.rollout_summary_json(s))
-    assert back["nodes"][1]["failure_class"] == "oom_kv_cache"
-
-
-def test_summary_complete_and_check_mode():
-    recs = results("updated", "unchanged")
-    s = f.rollout_summary(recs, ["n1", "n2"], f.rollout_requested(4), f.rollout_budget(recs, 2, 0), {"id": "x"})
-    assert s["complete"] and s["status"] == "complete"
-    s = f.rollout_summary(results("would_update", "unchanged"), ["n1", "n2"], check_mode=True)
-    assert s["status"] == "check_mode" and not s["complete"]
-
-
-def test_summary_rejects_unknown_outcome_and_nan():
-    with pytest.raises(Err, match="unknown rollout outcome"):
-        f.rollout_summary([{"host": "a", "outcome": "great"}], ["a"])
-    text = f.rollout_summary_json({"x": float("nan")})
-    assert json.loads(text) == {"x": None}
-
-
 def test_label_without_speculation():
     assert f.setting_label(None) == "-"
     assert f.setting_label({"speculative_algorithm": None}) == "no speculation"
-
-
-def test_filters_are_exposed():
-    names = set(f.FilterModule().filters())
-    assert {"rollout_requested", "rollout_tuned_setting", "rollout_unit_settings", "rollout_smoke_check",
-            "rollout_budget", "rollout_summary", "rollout_summary_markdown", "rollout_summary_json"} <= names
 
 
 def test_kind_tells_apart_nodes_of_another_model_or_tp():
@@ -332,90 +182,9 @@ def test_tuned_setting_carries_the_tuning_time_scale_to_the_smoke():
     assert f.rollout_requested(tuned=tuned)["tuned_from"]["time_scale"] == 0.5
 
 
-def _node_info(active="active", restarts=0, invocation="inv-1", status=None, watchdog=None, result="success"):
-    """A sglang_node_info result built with the module's own serving_state."""
-    from ansible_collections.blackwell.sglang.plugins.modules import sglang_node_info as ni
-    unit = {"installed": True, "active_state": active, "n_restarts": restarts, "invocation_id": invocation,
-            "result": result}
-    return {"unit": unit, "serving": ni.serving_state(unit, status, watchdog)}
-
-
-def test_unit_state_reads_the_units_own_record():
-    st = f.rollout_unit_state(_node_info(
-        restarts=2, status={"last_failure": {"class": "oom_weights", "line": "ValueError: Loaded weights leave no GPU memory",
-                                             "time": "2026-12-03T10:00:00Z"}, "consecutive_failures": 0},
-        watchdog={"invocation_id": "inv-1", "ready": True, "restarts_total": 1, "gave_up": False}))
-    assert st["active"] and st["ready"] is True and st["restarts"] == 2
-    assert st["last_failure_class"] == "oom_weights" and st["watchdog_restarts"] == 1 and not st["watchdog_gave_up"]
-    braked = f.rollout_unit_state(_node_info(active="failed", result="start-limit-hit"))
-    assert not braked["active"] and braked["start_limit_hit"] and braked["ready"] is False
-    assert f.rollout_unit_state(None) is None
-    assert f.rollout_unit_state({"failed": True, "msg": "cannot parse record"}) is None
-
-
-@pytest.mark.parametrize("after,expect", [
-    (dict(), ""),
-    (dict(active="failed"), "is failed after the smoke bench"),
-    (dict(restarts=1, status={"last_failure": {"class": "oom_kv_cache"}}), "restarted 1 time(s) during the smoke bench (last failure: oom_kv_cache)"),
-    (dict(watchdog={"restarts_total": 1}), "wedge watchdog restarted the unit"),
-    (dict(invocation="inv-2"), "started anew during the smoke bench"),
-])
-def test_unit_steady_names_what_broke(after, expect):
-    ready = f.rollout_unit_state(_node_info())
-    reason = f.rollout_unit_steady(ready, f.rollout_unit_state(_node_info(**after)))
-    assert (expect in reason) if expect else reason == ""
-
-
-def test_unit_steady_without_a_reading_says_nothing():
-    assert f.rollout_unit_steady(None, f.rollout_unit_state(_node_info(active="failed"))) == ""
-    assert f.rollout_unit_steady(f.rollout_unit_state(_node_info()), None) == ""
-
-
-def test_summary_shows_the_units_own_view():
-    unit = f.rollout_unit_state(_node_info(restarts=1, status={"last_failure": {"class": "oom_weights"}},
-                                           watchdog={"invocation_id": "inv-1", "ready": True, "restarts_total": 2}))
-    before = f.rollout_unit_state(_node_info(active="failed", result="start-limit-hit"))
-    recs = [{"host": "n1", "outcome": "updated", "serving": "new", "unit": unit, "unit_before": before}]
-    md = f.rollout_summary_markdown(f.rollout_summary(recs, ["n1"]))
-    assert ("| new | active, tokens, 1 restart, last failure oom_weights, watchdog restarts 2, "
-            "before: crash-loop brake hit |") in md
-
-
-# --------------------------------------------------------------------------- a failed node's record
-
-def test_failed_record_after_a_restore():
-    rec = {"host": "n1"}
-    back = {"rollback_ready": True, "rollback_failure_class": None, "rollback_journal_tail": list("abcdefghijkl")}
-    r = f.rollout_failed_record(rec, "restore", "start", True, "oom", back)
-    assert r["outcome"] == "rolled_back" and r["serving"] == "old" and r["host"] == "n1"
-    assert r["rollback"] == {"ready": True, "failure_class": None, "journal_tail": list("cdefghijkl")}
-    assert rec == {"host": "n1"}  # the record given is not changed
-    lost = f.rollout_failed_record(rec, "restore", "smoke", True, "slow",
-                                   {"rollback_ready": False, "rollback_failure_class": "timeout"})
-    assert lost["outcome"] == "rollback_failed" and lost["serving"] == "none"
-    assert lost["rollback"]["failure_class"] == "timeout"
-    err = f.rollout_failed_record(rec, "restore", "start", True, "oom", None, False, "copy failed")
-    assert err["outcome"] == "rollback_failed" and err["rollback"] == {"ready": False, "error": "copy failed"}
-
-
-@pytest.mark.parametrize("stage,changed,active,serving", [
-    ("smoke", False, False, "new"),    # up and unchanged: it still serves the setting it had
-    ("smoke", True, False, "none"),
-    ("steady", False, True, "new"),
-    ("steady", False, False, "none"),
-    ("start", False, True, "none"),
-    ("render", False, False, "none"),
-])
-def test_failed_record_without_a_restore(stage, changed, active, serving):
-    r = f.rollout_failed_record({}, "stop", stage, changed, "why", None, active)
-    assert r["outcome"] == "failed" and r["serving"] == serving and "rollback" not in r
-    tail = "no previous unit to roll back to" if changed else "the unit already had this setting, nothing to roll back to"
-    assert r["reason"] == "why; " + tail
-
-
-# --------------------------------------------------------------------------- the cap levers
-
 LEVERS = {"mamba_full_memory_ratio": 4.0, "max_mamba_cache_size": 96, "enable_linear_replayssm_spec": True}
+
+
 LEVER_FLAGS = {"mamba_full_memory_ratio": "--mamba-full-memory-ratio", "max_mamba_cache_size": "--max-mamba-cache-size",
                "enable_linear_replayssm_spec": "--enable-linear-replayssm-spec"}
 
@@ -453,7 +222,7 @@ def test_every_override_reaches_the_service_role_and_its_record():
     defaults = yaml.safe_load((role / "defaults" / "main.yml").read_text())
     for key in f.OVERRIDE_KEYS:
         assert "sglang_service_" + key in defaults, key
-        assert key in svc.RECORD_KEYS, key
+        assert key in service_record.RECORD_KEYS, key
     node = (Path(__file__).resolve().parents[4] / "roles" / "rollout" / "tasks" / "node.yml").read_text()
     assert '"sglang_service_{{ item.key }}": "{{ item.value }}"' in node
 
@@ -502,3 +271,87 @@ def test_a_hand_written_unit_with_the_levers_in_any_order():
     assert got["enable_linear_replayssm_spec"] is True  # the bare switch takes no value word
     assert got["speculative_algorithm"] == "NEXTN" and got["speculative_num_steps"] == 2
     assert got["mamba_full_memory_ratio"] == 1.5 and got["max_mamba_cache_size"] == 40
+
+
+def _unit(setting):
+    argv = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"] + svc.sglang_service_args(setting, SCHEDULE_FLAGS)
+    return ("# Ansible managed\n# sglang-settings: %s\n[Service]\nExecStart=%s\n"
+            % (svc.sglang_service_summary(setting), svc.sglang_systemd_exec(argv)))
+
+
+def test_rollout_carries_a_winner_s_schedule():
+    assert set(svc.ADAPTIVE_KEYS) <= set(f.OVERRIDE_KEYS)
+    tuned = {"steps": 3, "topk": 1, "draft_tokens": 4,
+             "overrides": {"speculative_adaptive": "true", "speculative_adaptive_config": SCHEDULE}}
+    got = f.rollout_requested(None, None, None, tuned=tuned)
+    assert got["overrides"] == {"speculative_adaptive": True, "speculative_adaptive_config": ss.canonical(SCHEDULE)}
+    assert got["label"] == ("steps=3 topk=1 draft=4 [speculative_adaptive=True, "
+                            "speculative_adaptive_config=1:3/4 4:2/3 16:2/3]")
+    # a node that serves it is at the setting, read from its unit's comment
+    current = f.rollout_unit_settings(_unit(settings()))
+    assert f.rollout_at_setting(current, got)
+    # one that serves static steps 3, or another schedule, is not
+    assert not f.rollout_at_setting(f.rollout_unit_settings(_unit(settings(speculative_adaptive=None,
+                                                                           speculative_adaptive_config=None))), got)
+    other = settings(speculative_adaptive_config={1: {"candidate_steps": [3]}})
+    assert not f.rollout_at_setting(f.rollout_unit_settings(_unit(other)), got)
+
+
+def test_rollout_static_winner_turns_a_schedule_off_and_built_in_is_stated():
+    off = f.rollout_requested(None, None, None, tuned={"steps": 3, "topk": 1, "draft_tokens": 4,
+                                                       "overrides": {"speculative_adaptive": False}})
+    assert off["overrides"] == {"speculative_adaptive": False}
+    assert not f.rollout_at_setting(f.rollout_unit_settings(_unit(settings())), off)
+    plain = settings(speculative_adaptive=None, speculative_adaptive_config=None)
+    assert f.rollout_at_setting(f.rollout_unit_settings(_unit(plain)), off)
+    built_in = f.rollout_requested(None, None, None, tuned={
+        "steps": 3, "topk": 1, "draft_tokens": 4,
+        "overrides": {"speculative_adaptive": True, "speculative_adaptive_config": {}}})
+    assert built_in["overrides"]["speculative_adaptive_config"] == {}
+    assert f.rollout_at_setting(f.rollout_unit_settings(_unit(settings(speculative_adaptive_config=None))), built_in)
+    assert not f.rollout_at_setting(f.rollout_unit_settings(_unit(settings())), built_in)
+
+
+def test_rollout_refuses_a_malformed_schedule():
+    tuned = {"steps": 3, "topk": 1, "draft_tokens": 4,
+             "overrides": {"speculative_adaptive": True, "speculative_adaptive_config": {1: {"candidate_steps": []}}}}
+    with pytest.raises(f.AnsibleFilterError, match=r"the winner's schedule is malformed: speculative_adaptive_config\[1\]"):
+        f.rollout_requested(None, None, None, tuned=tuned)
+    with pytest.raises(f.AnsibleFilterError, match="speculative_adaptive must be true or false"):
+        f.rollout_requested(None, None, None, tuned={"steps": 3, "overrides": {"speculative_adaptive": "maybe"}})
+
+
+def test_hand_written_unit_with_a_schedule_never_counts_as_the_requested_one():
+    text = ("[Service]\nExecStart=/v/bin/python -m sglang.launch_server --speculative-algorithm EAGLE "
+            "--speculative-num-steps 3 --speculative-adaptive --speculative-adaptive-config /etc/mine.json\n")
+    got = f.rollout_unit_settings(text)
+    assert got["speculative_adaptive"] is True and got["speculative_adaptive_config_file"] == "/etc/mine.json"
+    tuned = {"steps": 3, "topk": 1, "draft_tokens": 4,
+             "overrides": {"speculative_adaptive": True, "speculative_adaptive_config": SCHEDULE}}
+    assert not f.rollout_at_setting(got, f.rollout_requested(None, None, None, tuned=tuned))
+
+
+def test_tuned_winners_with_one_schedule_spelled_two_ways_are_one_winner():
+    from ansible_collections.blackwell.sglang.plugins.module_utils import mtp_report
+
+    def doc(host, schedule):
+        cand = {"steps": 3, "topk": 1, "draft_tokens": 4, "key": "s3-k1-d4"}
+        overrides = {"speculative_adaptive": True, "speculative_adaptive_config": schedule}
+        att = {"key": cand["key"], "candidate": cand, "overrides": overrides, "status": "ok", "failure_class": None,
+               "metrics": {"1": {"concurrency": 1, "completed": 8, "failed": 0, "output_throughput": 250.0,
+                                 "decode_tps_per_request": {"mean": 250.0}}}}
+        out = {"schema": 1, "host": host, "run": "r1", "settings": {"concurrency": [1]}, "attempts": [att],
+               "winner": {"key": cand["key"], "candidate": cand, "overrides": overrides, "score": {"value": 250.0},
+                          "decided_by": "best", "tied": []}}
+        return {"path": "results/%s/results.json" % host, "text": mtp_report.render_json(out)}
+
+    one = {"1": {"candidate_steps": [3, 4]}, "16": {"candidate_steps": [2, 3]}}
+    same = {"16": {"candidate_steps": [3, 2]}, "1": {"candidate_steps": [4, 3, 3]}}
+    tuned = f.rollout_tuned_setting([doc("a", one), doc("b", same)])
+    assert tuned["overrides"]["speculative_adaptive_config"] == ss.canonical(one)
+    assert tuned["figures"]["1"]["decode_tps_mean"] == 250.0  # the winning attempt was found
+    other = {"1": {"candidate_steps": [4]}}
+    with pytest.raises(f.AnsibleFilterError, match="different winners per host"):
+        f.rollout_tuned_setting([doc("a", one), doc("b", other)])
+    got = f.rollout_requested(None, None, None, tuned=tuned)
+    assert got["overrides"]["speculative_adaptive_config"] == ss.canonical(one)

@@ -8,71 +8,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.blackwell.sglang.plugins.filter import service as f
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import service_args as f
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import service_record
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule as ss
+from schedule_cases import (
+    DEFAULT_523, MAP, OLD_RECORD, ROLE, run, SCHEDULE, SCHEDULE_FLAGS, SCHEDULE_NOT_GIVEN, settings, VAR)
+from service_cases import base, FLAGS, LEVER_FLAGS, LEVERS, pairs
+
 
 ROOT = Path(__file__).resolve().parents[4]
+
+
 RELEASES = ROOT / "roles" / "service" / "vars" / "sglang_releases.yml"
-
-FLAGS = {
-    "model_path": "--model-path",
-    "served_model_name": "--served-model-name",
-    "tp_size": "--tp-size",
-    "host": "--host",
-    "port": "--port",
-    "kv_cache_dtype": "--kv-cache-dtype",
-    "mem_fraction_static": "--mem-fraction-static",
-    "cuda_graph_max_bs": "--cuda-graph-max-bs-decode",
-    "max_running_requests": "--max-running-requests",
-    "context_length": "--context-length",
-    "attention_backend": "--attention-backend",
-    "speculative_algorithm": "--speculative-algorithm",
-    "speculative_num_steps": "--speculative-num-steps",
-    "speculative_eagle_topk": "--speculative-eagle-topk",
-    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
-    "speculative_draft_model_path": "--speculative-draft-model-path",
-    "trust_remote_code": "--trust-remote-code",
-    "api_key": "--api-key",
-    "config": "--config",
-}
-
-
-def base(**over):
-    settings = {
-        "model_path": "/models/Qwen3.5-122B-A10B",
-        "served_model_name": "qwen",
-        "tp_size": 4,
-        "host": "127.0.0.1",
-        "port": 30000,
-        "kv_cache_dtype": "bf16",
-        "mem_fraction_static": None,
-        "cuda_graph_max_bs": None,
-        "max_running_requests": None,
-        "context_length": None,
-        "attention_backend": None,
-        "trust_remote_code": False,
-        "speculative_algorithm": "NEXTN",
-        "speculative_num_steps": 4,
-        "speculative_eagle_topk": 1,
-        "speculative_num_draft_tokens": None,
-        "speculative_draft_model_path": None,
-        "config_file": None,
-        "extra_args": [],
-    }
-    settings.update(over)
-    return settings
-
-
-def pairs(argv):
-    """flag -> value for 'flag value' pairs (bare flags map to True)."""
-    out, i = {}, 0
-    while i < len(argv):
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out[argv[i]] = argv[i + 1]
-            i += 2
-        else:
-            out[argv[i]] = True
-            i += 1
-    return out
 
 
 def test_mtp_steps_derive_draft_tokens():
@@ -267,126 +214,9 @@ def test_real_release_map_covers_what_the_role_renders():
         assert "--cuda-graph-max-bs-decode" in argv, version
 
 
-def test_filter_module_exports():
-    names = f.FilterModule().filters()
-    assert set(names) >= {"sglang_service_args", "sglang_service_problems",
-                          "sglang_service_summary", "sglang_systemd_exec", "sglang_systemd_env",
-                          "sglang_service_setting", "sglang_service_record", "sglang_service_provenance_line",
-                          "sglang_service_secrets_yaml", "sglang_service_node_key"}
-
-
-# --------------------------------------------------------------------------- the node's record
-
-DEFAULTS = {"speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-            "speculative_num_draft_tokens": None, "speculative_draft_model_path": None,
-            "cuda_graph_max_bs": None, "max_running_requests": None}
-NOT_GIVEN = dict((k, None) for k in DEFAULTS)
-TUNED = {"schema": 1, "release": "0.5.23",
-         "setting": {"speculative_algorithm": "NEXTN", "speculative_num_steps": 4, "speculative_eagle_topk": 1,
-                     "speculative_num_draft_tokens": 5, "speculative_draft_model_path": None,
-                     "cuda_graph_max_bs": 256, "max_running_requests": None},
-         "provenance": {"by": "mtp_tune", "run": "r1", "at": "2026-05-01T10:00:00Z", "why": "latency"}}
-
-
-def given(**over):
-    out = dict(NOT_GIVEN)
-    out.update(over)
-    return out
-
-
-def test_setting_precedence_variable_then_record_then_defaults():
-    # Nothing given: the record decides (install.yml after a tune keeps steps 4 and its override).
-    out = f.sglang_service_setting(given(), TUNED, DEFAULTS)
-    assert out["setting"]["speculative_num_steps"] == 4 and out["setting"]["cuda_graph_max_bs"] == 256
-    assert out["sources"]["speculative_num_steps"] == "node"
-    # No record: the defaults.
-    out = f.sglang_service_setting(given(), None, DEFAULTS)
-    assert out["setting"]["speculative_num_steps"] == 3 and out["sources"]["speculative_num_steps"] == "default"
-    # A variable wins over both, extra-vars strings included.
-    out = f.sglang_service_setting(given(speculative_num_steps="5", max_running_requests="32"), TUNED, DEFAULTS)
-    assert out["setting"]["speculative_num_steps"] == 5 and out["sources"]["speculative_num_steps"] == "variable"
-    assert out["setting"]["max_running_requests"] == 32
-    # Speculation off is a choice, not "not given".
-    out = f.sglang_service_setting(given(speculative_algorithm=""), TUNED, DEFAULTS)
-    assert out["setting"]["speculative_algorithm"] == ""
-
-
-def test_setting_new_steps_never_inherit_old_draft_tokens():
-    out = f.sglang_service_setting(given(speculative_num_steps=6), TUNED, DEFAULTS)["setting"]
-    assert out["speculative_num_steps"] == 6
-    assert out["speculative_num_draft_tokens"] is None  # derived (7), not the record's 5
-    assert f.sglang_service_spec(out)["speculative_num_draft_tokens"] == 7
-    # A given member that agrees with the record keeps the rest of the record's decision.
-    out = f.sglang_service_setting(given(speculative_eagle_topk=1), TUNED, DEFAULTS)["setting"]
-    assert out["speculative_num_steps"] == 4 and out["speculative_num_draft_tokens"] == 5
-
-
-def test_setting_record_use_off_and_bad_input():
-    out = f.sglang_service_setting(given(), {}, DEFAULTS)
-    assert out["setting"]["speculative_num_steps"] == 3
-    with pytest.raises(f.AnsibleFilterError, match="given must be a dict"):
-        f.sglang_service_setting("steps=4", TUNED, DEFAULTS)
-
-
-def test_record_kept_with_its_provenance_when_the_setting_is_the_same():
-    same = dict(TUNED["setting"], speculative_num_draft_tokens=None, speculative_algorithm="nextn")
-    out = f.sglang_service_record(same, TUNED, "0.5.23", {"by": "rollout", "run": "x"}, "2026-06-01T00:00:00Z")
-    assert not out["changed"] and not out["setting_changed"]
-    assert out["record"]["provenance"] == TUNED["provenance"]
-    # A release change is noted without making it a new decision.
-    out = f.sglang_service_record(same, TUNED, "0.5.24", {"by": "rollout"}, "later")
-    assert out["changed"] and not out["setting_changed"]
-    assert out["record"]["release"] == "0.5.24" and out["record"]["provenance"]["by"] == "mtp_tune"
-
-
-def test_record_new_setting_names_who_when_why_and_keeps_the_previous():
-    new = dict(TUNED["setting"], speculative_num_steps=5, speculative_num_draft_tokens=None, cuda_graph_max_bs=None)
-    out = f.sglang_service_record(new, TUNED, "0.5.23", {"by": "rollout", "run": "r9", "why": "steps=5", "x": ""},
-                                  "2026-06-01T00:00:00Z")
-    rec = out["record"]
-    assert out["changed"] and out["setting_changed"]
-    assert rec["setting"]["speculative_num_steps"] == 5 and rec["setting"]["speculative_num_draft_tokens"] == 6
-    assert rec["provenance"] == {"by": "rollout", "run": "r9", "why": "steps=5", "at": "2026-06-01T00:00:00Z"}
-    assert rec["previous"]["provenance"]["by"] == "mtp_tune"
-    assert "previous" not in f.sglang_service_record(new, None, "0.5.23", None, "t")["record"]
-    assert f.sglang_service_record(new, None, "0.5.23", None, "t")["record"]["provenance"]["by"] == "service"
-    off = f.sglang_service_record(dict(new, speculative_algorithm=""), None, "0.5.23", None, "t")["record"]
-    assert off["setting"]["speculative_algorithm"] is None and off["setting"]["speculative_num_steps"] is None
-    with pytest.raises(f.AnsibleFilterError, match="provenance must be a dict"):
-        f.sglang_service_record(new, None, "0.5.23", "me", "t")
-
-
-def test_provenance_line_is_one_line():
-    line = f.sglang_service_provenance_line({"provenance": {"by": "rollout", "run": "r1", "at": "T", "why": "a\nb"}})
-    assert line == "rollout r1 at T: a b"
-    assert f.sglang_service_provenance_line({}) == ""
-
-
-@pytest.mark.parametrize("key", ["plain", "12345", "true", "with 'quotes' and \"double\"", "back\\slash #x: y",
-                                 "ünïcödé", "null"])
-def test_secrets_yaml_reads_back_verbatim(key):
-    text = f.sglang_service_secrets_yaml(key, ["managed"])
-    assert text.startswith("# managed\n")
-    assert yaml.safe_load(text) == {"api-key": key}
-    assert f.sglang_service_node_key(text) == key
-
-
 def test_secrets_yaml_refuses_an_empty_key():
     with pytest.raises(f.AnsibleFilterError, match="empty"):
-        f.sglang_service_secrets_yaml("")
-
-
-def test_node_key_from_each_layout():
-    assert f.sglang_service_node_key("SGLANG_API_KEY='old-key'\n", "env") == "old-key"
-    assert f.sglang_service_node_key("# x\nSGLANG_API_KEY=bare\n", "env") == "bare"
-    assert f.sglang_service_node_key("OTHER=1\n", "env") == ""
-    assert f.sglang_service_node_key("") == ""
-    assert f.sglang_service_node_key("- a list\n") == ""
-    with pytest.raises(f.AnsibleFilterError, match="not valid YAML") as exc:
-        f.sglang_service_node_key("api-key: [unclosed-secret")
-    assert "unclosed-secret" not in str(exc.value)
-    with pytest.raises(f.AnsibleFilterError, match="kind must be"):
-        f.sglang_service_node_key("x", "ini")
+        service_record.sglang_service_secrets_yaml("")
 
 
 WATCHDOG = {"interval": 60, "deadline": 120, "tokens": 4, "max_restarts": 3, "window": 3600}
@@ -451,14 +281,6 @@ def test_the_name_is_checked_before_the_role_reads_or_makes_anything():
     # first in the role's preflight, and in the entry point other roles include before they change anything
     for entry in ("preflight.yml", "names.yml"):
         assert yaml.safe_load((roles / entry).read_text())[0].get("ansible.builtin.import_tasks") == "checks.yml"
-
-
-# --------------------------------------------------------------------------- the cap levers
-
-LEVERS = ("mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_replayssm_spec")
-LEVER_FLAGS = dict(FLAGS, mamba_full_memory_ratio="--mamba-full-memory-ratio",
-                   max_mamba_cache_size="--max-mamba-cache-size",
-                   enable_linear_replayssm_spec="--enable-linear-replayssm-spec")
 
 
 def test_levers_render_as_the_release_spells_them():
@@ -618,68 +440,6 @@ def test_levers_in_the_summary_only_when_set():
         (4.0, 96, True)
 
 
-def test_levers_are_record_keys():
-    assert set(LEVERS) <= set(f.RECORD_KEYS)
-
-
-RECORD_SCHEMA_BEFORE_LEVERS = {"schema": 1, "release": "0.5.23", "setting": dict(TUNED["setting"]),
-                               "provenance": dict(TUNED["provenance"])}
-
-
-def test_a_record_from_before_the_levers_is_kept_byte_for_byte():
-    # the setting read from such a record, served again: nothing to rewrite, nothing to restart
-    chosen = f.sglang_service_setting(given(), RECORD_SCHEMA_BEFORE_LEVERS, DEFAULTS)["setting"]
-    assert all(chosen[k] is None for k in LEVERS)
-    out = f.sglang_service_record(base(**chosen), RECORD_SCHEMA_BEFORE_LEVERS, "0.5.23", {"by": "service"}, "t")
-    assert not out["changed"] and out["record"] == RECORD_SCHEMA_BEFORE_LEVERS
-
-
-def test_lever_sequence_render_keep_by_record_then_change():
-    """Run 1 gives the levers; run 2 restates nothing and keeps them from the record (same unit,
-    record untouched); run 3 gives another ratio: a new unit and a new record."""
-    defaults = dict(DEFAULTS, **dict((k, None) for k in LEVERS))
-    not_given = dict((k, None) for k in defaults)
-
-    def run(given_now, record):
-        chosen = f.sglang_service_setting(given_now, record, defaults)
-        settings = base(**chosen["setting"])
-        argv = f.sglang_service_args(settings, LEVER_FLAGS)
-        return chosen, argv, f.sglang_service_record(settings, record, "0.5.23", {"by": "service"}, "t")
-
-    first_given = dict(not_given, mamba_full_memory_ratio="4", max_mamba_cache_size=96,
-                       enable_linear_replayssm_spec=True)
-    chosen1, argv1, rec1 = run(first_given, RECORD_SCHEMA_BEFORE_LEVERS)
-    assert chosen1["sources"]["mamba_full_memory_ratio"] == "variable"
-    assert rec1["setting_changed"]
-    assert dict((k, rec1["record"]["setting"][k]) for k in LEVERS) == {
-        "mamba_full_memory_ratio": 4.0, "max_mamba_cache_size": 96, "enable_linear_replayssm_spec": True}
-    got = pairs(argv1)
-    assert got["--mamba-full-memory-ratio"] == "4.0" and got["--max-mamba-cache-size"] == "96"
-    assert got["--enable-linear-replayssm-spec"] is True
-
-    chosen2, argv2, rec2 = run(not_given, rec1["record"])
-    assert dict((k, chosen2["sources"][k]) for k in LEVERS) == dict((k, "node") for k in LEVERS)
-    assert argv2 == argv1  # same unit: no restart
-    assert not rec2["changed"] and rec2["record"] == rec1["record"]
-
-    # a spelling of the same value is the same setting too
-    _c, argv2b, rec2b = run(dict(not_given, mamba_full_memory_ratio=4), rec1["record"])
-    assert argv2b == argv1 and not rec2b["setting_changed"]
-
-    chosen3, argv3, rec3 = run(dict(not_given, mamba_full_memory_ratio=2.5), rec1["record"])
-    assert pairs(argv3)["--mamba-full-memory-ratio"] == "2.5"
-    assert pairs(argv3)["--max-mamba-cache-size"] == "96"  # the other levers stay as recorded
-    assert rec3["setting_changed"] and rec3["record"]["setting"]["mamba_full_memory_ratio"] == 2.5
-    assert rec3["record"]["previous"]["setting"]["mamba_full_memory_ratio"] == 4.0
-
-    # ReplaySSM given false turns a recorded true off; the record says "not set", as the unit does
-    _c, argv4, rec4 = run(dict(not_given, enable_linear_replayssm_spec=False), rec3["record"])
-    assert "--enable-linear-replayssm-spec" not in argv4
-    assert rec4["setting_changed"] and rec4["record"]["setting"]["enable_linear_replayssm_spec"] is None
-    _c, argv5, rec5 = run(not_given, rec4["record"])
-    assert argv5 == argv4 and not rec5["changed"]
-
-
 def test_role_wires_every_record_key_to_its_variable():
     role = ROOT / "roles" / "service"
     variables = yaml.safe_load((role / "vars" / "main.yml").read_text())
@@ -698,3 +458,133 @@ def test_role_wires_every_record_key_to_its_variable():
     assert specs["sglang_service_max_mamba_cache_size"]["type"] == "int"
     assert specs["sglang_service_enable_linear_replayssm_spec"]["type"] == "bool"
     assert variables["_sglang_service_settings"]["environment"] == "{{ sglang_service_environment }}"
+
+
+SWITCH = "sglang_service_speculative_adaptive"
+
+
+def problems(**over):
+    return f.sglang_service_problems(settings(**over), SCHEDULE_FLAGS, DEFAULT_523)
+
+
+def test_a_valid_schedule_has_no_problems():
+    assert problems() == []
+    assert problems(speculative_adaptive_config=None) == []  # SGLang's built-in schedule, steps 3 in it
+    assert problems(speculative_algorithm="EAGLE3") == []
+    assert problems(speculative_adaptive="true") == []  # -e spelling
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"speculative_adaptive": "maybe"}, SWITCH + " must be true, false or null"),
+    ({"speculative_adaptive": None}, VAR + " is set but " + SWITCH + " is not set: set " + SWITCH + ": true"),
+    ({"speculative_adaptive": False}, SWITCH + " is false"),
+    ({"speculative_algorithm": "NGRAM"}, "'speculative_algorithm=NGRAM (only EAGLE/EAGLE3 are supported)'"),
+    ({"speculative_algorithm": "STANDALONE", "speculative_draft_model_path": "/d"}, SWITCH + " needs "
+     "sglang_service_speculative_algorithm EAGLE, EAGLE3 or NEXTN"),
+    ({"speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6}, "'speculative_eagle_topk=2 (only topk=1 is "
+     "supported)'"),
+    ({"extra_args": ["--enable-dp-attention"]}, "'speculative_adaptive disabled: attention DP is not supported"),
+    ({"extra_args": ["--enable-two-batch-overlap"]}, "holds --enable-two-batch-overlap"),
+    ({"extra_args": ["--enable-pdmux"]}, "holds --enable-pdmux"),
+    ({"extra_args": ["--enable-multi-layer-eagle"]}, "holds --enable-multi-layer-eagle"),
+    ({"extra_args": ["--speculative-adaptive-config", "/x.json"]}, "speculative_adaptive_config "
+     "(sglang_service_speculative_adaptive_config) is set and sglang_service_extra_args holds --speculative-adaptive-config"),
+    ({"speculative_num_steps": 5}, "sglang_service_speculative_num_steps=5 is not among the schedule's candidate "
+     "steps [2, 3, 4] (of " + VAR + "): SGLang refuses to start ('--speculative-num-steps=5 is not in the adaptive "
+     "config candidate_steps [2, 3, 4]. Pass one of those values.'): give one of [2, 3, 4]"),
+    ({"speculative_num_steps": 4, "speculative_adaptive_config": None}, "candidate steps [0, 1, 3, 5, 7] (SGLang's "
+     "default schedule)"),
+    ({"speculative_adaptive_config": {1: {"candidate_steps": [0]}}, "speculative_num_steps": 1},
+     "give one of them, with a step count >= 1 in the schedule"),
+    ({"speculative_adaptive_config": {1: {"candidate_steps": [3], "update_interval": 0}}},
+     VAR + "[1].update_interval must be a whole number >= 1"),
+])
+def test_schedule_problems_name_the_variable_and_the_fix(over, needle):
+    found = problems(**over)
+    assert any(needle in p for p in found), found
+
+
+def test_a_release_whose_flag_map_lacks_the_flags_cannot_serve_a_schedule():
+    old = dict((k, v) for k, v in SCHEDULE_FLAGS.items() if not k.startswith("speculative_adaptive"))
+    found = f.sglang_service_problems(settings(), old, None)
+    assert len(found) == 2 and all("has no speculative_adaptive" in p for p in found), found
+    assert "pin a release that has --speculative-adaptive-config" in found[1]
+    # the built-in schedule needs the switch only
+    only_switch = dict(old, speculative_adaptive="--speculative-adaptive")
+    assert f.sglang_service_problems(settings(speculative_adaptive_config=None), only_switch, None) == []
+    with pytest.raises(f.AnsibleFilterError, match="has no speculative_adaptive"):
+        f.sglang_service_args(settings(), old)
+
+
+def test_without_speculation_the_schedule_is_moot():
+    # like the other speculative settings: not rendered, not recorded, not an error
+    off = settings(speculative_algorithm="")
+    assert f.sglang_service_problems(off, SCHEDULE_FLAGS, DEFAULT_523) == []
+    assert "--speculative-adaptive" not in f.sglang_service_args(off, SCHEDULE_FLAGS)
+    assert f.sglang_service_adaptive_file(off) == {}
+    assert service_record._resolved(off)["speculative_adaptive"] is None
+
+
+@pytest.mark.parametrize("over", [{"speculative_adaptive": None, "speculative_adaptive_config": None},
+                                  {"speculative_adaptive": False, "speculative_adaptive_config": None},
+                                  {"speculative_adaptive": "false", "speculative_adaptive_config": {}}])
+def test_no_schedule_renders_nothing(over):
+    argv = f.sglang_service_args(settings(**over), SCHEDULE_FLAGS)
+    assert not [w for w in argv if "adaptive" in w]
+    assert f.sglang_service_adaptive_file(settings(**over)) == {}
+    assert "speculative_adaptive" not in json.loads(f.sglang_service_summary(settings(**over)))
+
+
+def test_built_in_schedule_renders_the_switch_only():
+    for config in (None, {}):
+        argv = f.sglang_service_args(settings(speculative_adaptive_config=config), SCHEDULE_FLAGS)
+        assert argv[-1] == "--speculative-adaptive" and "--speculative-adaptive-config" not in argv
+        assert f.sglang_service_adaptive_file(settings(speculative_adaptive_config=config)) == {}
+        summary = json.loads(f.sglang_service_summary(settings(speculative_adaptive_config=config)))
+        assert summary["speculative_adaptive"] is True and summary["speculative_adaptive_config"] is None
+
+
+def test_the_file_needs_an_absolute_directory():
+    with pytest.raises(f.AnsibleFilterError, match="speculative_adaptive_dir must be an absolute directory"):
+        f.sglang_service_adaptive_file(settings(speculative_adaptive_dir="etc/sglang"))
+
+
+def test_summary_carries_the_schedule_itself():
+    summary = json.loads(f.sglang_service_summary(settings()))
+    assert summary["speculative_adaptive"] is True
+    assert summary["speculative_adaptive_config"] == ss.canonical(SCHEDULE)
+
+
+def test_a_given_switch_that_agrees_keeps_the_recorded_schedule():
+    _c, argv1, _f, rec1 = run(dict(SCHEDULE_NOT_GIVEN, speculative_adaptive=True, speculative_adaptive_config=SCHEDULE),
+                              OLD_RECORD)
+    chosen, argv, _f2, rec = run(dict(SCHEDULE_NOT_GIVEN, speculative_adaptive=True), rec1["record"])
+    assert chosen["sources"]["speculative_adaptive_config"] == "node"
+    assert argv == argv1 and not rec["changed"]
+
+
+def test_role_wires_the_schedule_variables():
+    variables = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    for key in f.ADAPTIVE_KEYS:
+        var = "sglang_service_" + key
+        assert defaults[var] is None and specs[var]["default"] is None, key
+        assert key in variables["_sglang_service_builtin_setting"]
+        assert variables["_sglang_service_given_setting"][key] == "{{ %s }}" % var
+        assert variables["_sglang_service_settings"][key] == "{{ _sglang_service_setting.%s }}" % key
+        for version, flags in MAP["_sglang_service_releases"].items():
+            assert flags[key] == f.ADAPTIVE_FLAGS[key], version
+    assert specs["sglang_service_speculative_adaptive"]["type"] == "bool"
+    assert specs["sglang_service_speculative_adaptive_config"]["type"] == "dict"
+    assert variables["_sglang_service_settings"]["speculative_adaptive_dir"] == "{{ _sglang_service_node_dir }}"
+    assert set(MAP["_sglang_service_adaptive_defaults"]) == set(MAP["_sglang_service_releases"])
+    preflight = (ROLE / "tasks" / "preflight.yml").read_text()
+    assert "sglang_service_problems(_sglang_service_flags," in preflight
+    configure = (ROLE / "tasks" / "configure.yml").read_text()
+    # the schedule's file is written before the unit that names it, readable by the service group only
+    assert configure.index("sglang_service_adaptive_file") < configure.index("src: sglang.service.j2")
+    task = [t for t in yaml.safe_load(configure) if "sglang_service_adaptive_file" in json.dumps(t)][0]
+    assert task["ansible.builtin.copy"]["mode"] == "0640"
+    assert task["ansible.builtin.copy"]["group"] == "{{ sglang_service_group }}"
+    assert task["notify"] == "sglang service restart"
