@@ -13,6 +13,7 @@ Everything that decides *which* pid may be signalled is a pure function of its i
 
 from __future__ import annotations
 
+import glob
 import os
 import pwd
 import re
@@ -200,6 +201,19 @@ def find_matching(procs, patterns):
             item = dict(proc)
             item["pattern"] = pattern
             found.append(item)
+    return found
+
+
+def device_files(patterns):
+    """The files the glob ``patterns`` name (e.g. /dev/nvidia*), absolute, each once, in pattern
+    order then name order; directories such as /dev/nvidia-caps are left out: they are not
+    something a process holds open."""
+    found = []
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            path = os.path.abspath(path)
+            if path not in found and not os.path.isdir(path):
+                found.append(path)
     return found
 
 
