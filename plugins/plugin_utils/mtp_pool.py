@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, blackwell.sglang contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Tuning several identical nodes together: one round launches one candidate per node.
 
 The search itself stays sequential (one proposal at a time, from every measurement so far); a

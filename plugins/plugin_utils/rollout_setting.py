@@ -3,6 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """What the fleet rollout (role ``rollout``, playbook ``rollout.yml``) rolls out, as pure functions.
 
 The role only moves data: render the unit, restart, wait, benchmark, roll back. Everything it has
