@@ -1,6 +1,7 @@
 """SGLang's per-load speculative schedule in the service role: the schedule's checks and canonical
 form (plugins/plugin_utils/spec_schedule.py), its argv, file, settings comment, the node's record
-and precedence (plugins/filter/service.py), and the rollout carrying it (plugins/filter/rollout.py)."""
+and precedence (plugins/plugin_utils/service_args.py, service_record.py; those tests are in
+test_service_args.py and test_service_record.py), and the rollout carrying it (test_rollout_setting.py)."""
 
 import json
 
