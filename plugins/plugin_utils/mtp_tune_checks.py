@@ -15,8 +15,8 @@ failures, a model that is not there, an SLO no candidate met, a benchmark that f
 advice never names a lever that cannot help; mtp_tune_no_winner_message the whole message the run
 stops with then.
 mtp_tune_smoke_due: whether the converged server is benchmarked again (a smoke run).
-mtp_tune_spec_problems: what is wrong with the run's spec (mtp_settings.spec_problems), checked
-before any restart.
+mtp_tune_spec_problems: what is wrong with the run's spec, checked before any restart; the filter
+registry plugins/filter/mtp_tune_checks.py publishes mtp_settings.spec_problems under that name.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -25,7 +25,7 @@ __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal
 from ansible_collections.blackwell.sglang.plugins.module_utils.sglang_workload import load_jsonl
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import spec_from, spec_problems
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import spec_from
 
 MEMORY_CLASSES = ("oom_kv_cache", "cuda_graph_capture", "cuda_oom")
 

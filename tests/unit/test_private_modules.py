@@ -29,4 +29,3 @@ def test_library_says_it_is_private(path):
     kind = "module util" if path.parent.name == "module_utils" else "plugin util"
     head = path.read_text().split('"""', 1)[0]
     assert NOTE % kind in head, "%s lacks the private-module note above its docstring:\n%s" % (rel, NOTE % kind)
-
