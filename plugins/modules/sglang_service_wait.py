@@ -249,9 +249,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlparse
 from ansible.module_utils.urls import open_url
+from ansible_collections.blackwell.sglang.plugins.module_utils.systemd import parse_show
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal, procs
-from ansible_collections.blackwell.sglang.plugins.module_utils.systemd import parse_show
 
 SHOW_PROPERTIES = ("LoadState", "ActiveState", "SubState", "NRestarts", "ExecMainPID",
                    "ExecMainStatus", "InvocationID", "Result")
