@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Metric math for the sglang_bench module: pure functions, stdlib only, Python >= 3.9.
 
 Definitions follow SGLang's ``sglang.benchmark.serving`` where it has one (names included), so

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """A watchdog for a long module run on the node: stop it at its deadline or when the controller
 that started it is gone, instead of loading the server for minutes nobody will read.
 

@@ -3,6 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Classify why an SGLang server failed to come up, from its journal lines.
 
 Pure functions (no I/O), so they are tested on journal excerpts built from SGLang 0.5.23's own

@@ -3,6 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """nvidia-smi query formats and their parsers, shared by gpu_info and gpu_free.
 
 The parsers are pure functions of the text nvidia-smi prints, tested against captures from

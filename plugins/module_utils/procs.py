@@ -3,6 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Process helpers shared by the GPU modules: /proc scanning, `fuser` output parsing,
 pid selection (allow/deny) and a subprocess runner with a timeout.
 
@@ -13,6 +16,7 @@ Everything that decides *which* pid may be signalled is a pure function of its i
 
 from __future__ import annotations
 
+import glob
 import os
 import pwd
 import re
@@ -200,6 +204,19 @@ def find_matching(procs, patterns):
             item = dict(proc)
             item["pattern"] = pattern
             found.append(item)
+    return found
+
+
+def device_files(patterns):
+    """The files the glob ``patterns`` name (e.g. /dev/nvidia*), absolute, each once, in pattern
+    order then name order; directories such as /dev/nvidia-caps are left out: they are not
+    something a process holds open."""
+    found = []
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern)):
+            path = os.path.abspath(path)
+            if path not in found and not os.path.isdir(path):
+                found.append(path)
     return found
 
 

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Results of sglang_bench's load generator: a level's figures from its repeats, its accept
 length from the server's counters, its judgement (failures, short outputs, prompt length) and
 the whole run's result dict. Pure functions over ``bench_metrics``' figures, stdlib only."""

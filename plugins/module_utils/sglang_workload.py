@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Workload of sglang_bench's load generator: what is sent, stdlib only (Python >= 3.9), no I/O.
 
 Synthetic prompts (distinct, seeded), JSONL datasets, the request body of one prompt on each

@@ -268,27 +268,17 @@ memory_checked:
   type: bool
 """
 
-import glob
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.blackwell.sglang.plugins.module_utils import nvidia
 from ansible_collections.blackwell.sglang.plugins.module_utils import procs
+from ansible_collections.blackwell.sglang.plugins.module_utils.procs import device_files
 
 # After SIGKILL a process is gone within milliseconds unless it is stuck in the driver;
 # do not wait the whole timeout on it before reporting it as a survivor.
 KILL_WAIT = 5.0
-
-
-def device_files(patterns):
-    found = []
-    for pattern in patterns:
-        for path in sorted(glob.glob(pattern)):
-            path = os.path.abspath(path)
-            if path not in found and not os.path.isdir(path):
-                found.append(path)
-    return found
 
 
 def _summary(proc, via):

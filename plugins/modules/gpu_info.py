@@ -237,23 +237,10 @@ ansible_facts:
       type: dict
 """
 
-import glob
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.blackwell.sglang.plugins.module_utils import nvidia
 from ansible_collections.blackwell.sglang.plugins.module_utils import procs
-
-
-def device_files(patterns):
-    found = []
-    for pattern in patterns:
-        for path in sorted(glob.glob(pattern)):
-            path = os.path.abspath(path)
-            # Directories such as /dev/nvidia-caps are not something a process holds.
-            if path not in found and not os.path.isdir(path):
-                found.append(path)
-    return found
+from ansible_collections.blackwell.sglang.plugins.module_utils.procs import device_files
 
 
 def find_holders(files, fuser_bin, runner, proc_root="/proc"):

@@ -240,6 +240,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.blackwell.sglang.plugins.module_utils import systemd
 
 _PROPS = (
     ("LoadState", "load_state"),
@@ -324,11 +325,7 @@ def serving_state(unit, status, watchdog):
 
 def parse_show(text):
     """`systemctl show -p A -p B` output (KEY=value lines) -> the unit dict of RETURN."""
-    raw = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            raw[key.strip()] = value.strip()
+    raw = systemd.parse_show(text)
     unit = {}
     for prop, key in _PROPS:
         value = raw.get(prop)

@@ -256,6 +256,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.error import HTTPError, URLError
 from ansible.module_utils.six.moves.urllib.parse import urlparse
 from ansible.module_utils.urls import open_url
+from ansible_collections.blackwell.sglang.plugins.module_utils.systemd import parse_show
 
 from ansible_collections.blackwell.sglang.plugins.module_utils import journal, procs, sglang_api_key
 
@@ -269,16 +270,6 @@ JOURNAL_ANALYSIS_LINES = 3000
 
 def unit_name(name):
     return name if "." in name else name + ".service"
-
-
-def parse_show(text):
-    """`systemctl show -p A,B` output (KEY=VALUE lines) to a dict."""
-    props = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
 
 
 def _int(value, default=0):

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """What binds under load: each candidate's running-request cap, and the levers that lift it.
 
 On a hybrid model (linear attention + full attention) every draft token adds per-request state,

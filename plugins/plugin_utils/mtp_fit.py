@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Launches that do not fit in memory: the state of each candidate's launches, the fit search's
 plan (mtp_tune_fit_ladder) and bisection, the server SGLang capped, and the candidates a cheaper
 failure proves cannot fit.  Controller-side library of plugins/filter/mtp_tune.py."""

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Failures of the node, not of the setting: a launch that fails for a reason every candidate
 shares (the port is taken, the model is not there, the install is broken, no GPU answers, or
 SGLang refused an argument the candidates do not vary) says nothing about the setting, and the

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, blackwell.sglang contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Tuning several identical nodes together: one round launches one candidate per node.
 
 The search itself stays sequential (one proposal at a time, from every measurement so far); a
@@ -14,6 +18,8 @@ What this rests on: the nodes are interchangeable (same GPUs, model, release, wo
 figure measured on one stands for all; the run checks what it can of that before the first launch
 (``pool_problems``) and the launch-to-launch spread the pool measures includes the node-to-node
 spread.
+
+The filters of plugins/filter/mtp_pool.py (mtp_tune_pool_*) are the functions at the end.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -23,7 +29,7 @@ __metaclass__ = type
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import deciding_attempts, mtp_tune_pick_best
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
     alpha_of, chain_tau, mtp_tune_complete, tune_next)
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import candidate_key, spec_from
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError, candidate_key, spec_from
 
 PENDING = "pending"
 # Per-level fields of a measurement that describe that launch's own draft depth only.
@@ -231,3 +237,29 @@ def pool_next(pool, hosts, host, candidates, fit_ladder=None, spec=None, complet
     if launch is not None:
         launch = dict(launch, node=host, round=rnd)
     return {"launch": launch, "more": bool(batch), "round": rnd, "labels": [b.get("label") for b in batch]}
+
+
+# --------------------------------------------------------------------------- the role's filters
+
+def mtp_tune_pool_identity(gpus, workload=None, settings=None):
+    """What a node says of itself for the pool's check: GPUs, workload fingerprint, settings."""
+    if gpus is not None and not isinstance(gpus, dict):
+        raise AnsibleFilterError("mtp_tune_pool_identity takes gpu_info's result (a dict), got %r" % (gpus,))
+    return identity(gpus, workload, settings)
+
+
+def mtp_tune_pool_problems(hosts, hostvars, name="_mtp_tune_pool_identity"):
+    """Why the nodes ``hosts`` cannot tune together (empty: they can), from each one's identity."""
+    return pool_problems(host_facts(hostvars, hosts, name))
+
+
+def mtp_tune_pool_attempts(hostvars, hosts):
+    """Every node's attempts in one list, in node order, each tagged with its node."""
+    return pool_attempts(hostvars, hosts)
+
+
+def mtp_tune_pool_next(pool, hosts, host, candidates, fit_ladder=None, spec=None, complete=False):
+    """This round's launch for ``host`` and whether the pool goes on (see pool_next)."""
+    if not isinstance(hosts, (list, tuple)) or host not in hosts:
+        raise AnsibleFilterError("mtp_tune_pool_next: %r is not among the pool's nodes %r" % (host, hosts))
+    return pool_next(pool, hosts, host, candidates, fit_ladder, spec, complete)

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Judging launches: one attempt's score, the node's noise, the ranking and the winner under the
 noise-band tie rule, and after the search the smoke bench's verdict and the progress line.
 Controller-side library of plugins/filter/mtp_tune.py."""

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """The hybrid state pool's running-request cap, predicted for lever values not launched yet.
 
 A hybrid (linear-attention) model's server caps its running requests by its state pool. SGLang
@@ -38,7 +42,7 @@ promises a higher cap or more KV tokens than the release gives. The spread grows
 the setting moves the state pool from the launched one: the KV tokens by about |state bytes
 moved| x (0.01 / (conv_gb + ssm_gb) + 0.01 / kv_gb) / b, plus one pool size's worth where the
 rounding leaves two sizes possible. Measured against the simulator's 0.5.23 sizing over about 690
-pairs of settings on three hybrid nodes (tests/unit/plugins/filter/test_mtp_state_pool.py): never
+pairs of settings on three hybrid nodes (tests/unit/plugins/plugin_utils/test_mtp_state_pool.py): never
 high; the cap at most 1 request low (at most 4 for ReplaySSM predicted from a launch without it),
 the pool at most 13 slots and the KV tokens at most 5.9 % of the launched KV pool low; a launch
 predicted for itself is exact.

@@ -1,6 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, blackwell.sglang contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """SGLang's per-load speculative schedule (``--speculative-adaptive-config``) as pure functions.
 
 The schedule is a mapping of batch sizes to tiers; SGLang routes each decode batch (padded to

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import sglang_release
-from ansible_collections.blackwell.sglang.plugins.filter.service import sglang_service_secrets_yaml
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.service_record import sglang_service_secrets_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "service"

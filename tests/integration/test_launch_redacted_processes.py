@@ -44,7 +44,7 @@ PROGRAM = textwrap.dedent("""
 
 @pytest.fixture
 def config(tmp_path):
-    from ansible_collections.blackwell.sglang.plugins.filter.service import sglang_service_secrets_yaml
+    from ansible_collections.blackwell.sglang.plugins.plugin_utils.service_record import sglang_service_secrets_yaml
 
     path = tmp_path / "secrets.yaml"
     path.write_text(sglang_service_secrets_yaml(KEY, ["Ansible managed"]))

@@ -26,7 +26,7 @@ def test_secrets_are_the_key_like_options_only():
 
 
 def test_config_file_as_the_role_writes_it(tmp_path):
-    from ansible_collections.blackwell.sglang.plugins.filter.service import sglang_service_secrets_yaml
+    from ansible_collections.blackwell.sglang.plugins.plugin_utils.service_record import sglang_service_secrets_yaml
 
     key = "a'b\"c\\d #: e"
     path = tmp_path / "secrets.yaml"

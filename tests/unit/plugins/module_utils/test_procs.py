@@ -380,3 +380,27 @@ def test_port_holders_finds_this_process_listening_on_loopback():
     finally:
         sock.close()
     assert os.getpid() not in [h["pid"] for h in procs.port_holders(port)]
+
+
+# ---------------------------------------------------------------------------- device_files
+
+def test_device_files_are_absolute_unique_and_skip_directories(tmp_path, monkeypatch):
+    dev = tmp_path / "dev"
+    (dev / "nvidia-caps").mkdir(parents=True)
+    for name in ("nvidia1", "nvidia0", "nvidiactl", "nvidia-uvm", "null"):
+        (dev / name).write_text("")
+    monkeypatch.chdir(tmp_path)
+    got = procs.device_files(["dev/nvidiactl", "dev/nvidia*", str(dev / "nvidia0"), "dev/absent*"])
+    # pattern order first, name order within a pattern, each file once, never the caps directory
+    assert got == [str(dev / n) for n in ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1")]
+
+
+def test_device_files_of_no_pattern_or_no_match_are_none(tmp_path):
+    assert procs.device_files([]) == []
+    assert procs.device_files([str(tmp_path / "nvidia*")]) == []
+
+
+def test_the_gpu_modules_share_device_files():
+    from ansible_collections.blackwell.sglang.plugins.modules import gpu_free, gpu_info
+
+    assert gpu_info.device_files is procs.device_files and gpu_free.device_files is procs.device_files

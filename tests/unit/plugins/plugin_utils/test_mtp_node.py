@@ -10,7 +10,7 @@ from ansible_collections.blackwell.sglang.plugins.module_utils import mtp_report
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import mtp_tune_fit_ladder
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import (
     NODE_CLASSES, bad_args_is_node, mtp_tune_node_fault, mtp_tune_node_fault_message, node_fault_of)
-from ansible_collections.blackwell.sglang.plugins.filter.mtp_pool import mtp_tune_pool_next
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_pool import mtp_tune_pool_next
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import (
     mtp_tune_resume_plan, mtp_tune_run_state)

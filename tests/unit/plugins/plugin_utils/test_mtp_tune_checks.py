@@ -1,9 +1,9 @@
 """mtp_tune's server-free checks: the dataset before any launch, and advice that fits why no
-candidate won (plugins/filter/mtp_tune_checks.py)."""
+candidate won (plugins/plugin_utils/mtp_tune_checks.py)."""
 
 import pytest
 
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_tune_checks as f
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_tune_checks as f
 
 
 def test_dataset_ok():

@@ -1,8 +1,8 @@
-"""What a failed start leaves on the node (plugins/filter/service_start.py)."""
+"""What a failed start leaves on the node (plugins/plugin_utils/service_start.py)."""
 
 import pytest
 
-from ansible_collections.blackwell.sglang.plugins.filter import service_start as f
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import service_start as f
 
 MISSING = {"ready": False, "failure_class": "model_missing",
            "failure_line": "2026-12-03T05:00:00+0000 n python[9]: huggingface_hub.errors.HFValidationError: "

@@ -1,4 +1,4 @@
-"""A pool of identical nodes tuning together (plugins/plugin_utils/mtp_pool.py, filters in
+"""A pool of identical nodes tuning together (plugins/plugin_utils/mtp_pool.py, published by
 plugins/filter/mtp_pool.py): one round hands out distinct launches, failures of one round each
 get their fit search, the nodes' identities are compared, and the attempts join in node order."""
 
@@ -9,7 +9,6 @@ __metaclass__ = type
 import pytest
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.blackwell.sglang.plugins.filter import mtp_pool as filters
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_pool
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import mtp_tune_fit_ladder
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import mtp_tune_pick_best
@@ -31,7 +30,7 @@ def _measured(nxt, value, node=None):
 
 def _round(pool, cands, spec, hosts=None, ladder=None, complete=False):
     hosts = hosts or HOSTS
-    return [filters.mtp_tune_pool_next(pool, hosts, h, cands, ladder, spec, complete) for h in sorted(hosts)]
+    return [mtp_pool.mtp_tune_pool_next(pool, hosts, h, cands, ladder, spec, complete) for h in sorted(hosts)]
 
 
 def test_a_sweep_round_hands_each_node_a_distinct_candidate_in_node_order():
@@ -99,7 +98,7 @@ def test_the_completing_launches_follow_the_search():
 
 def test_a_node_outside_the_pool_is_refused():
     with pytest.raises(AnsibleFilterError, match="not among the pool's nodes"):
-        filters.mtp_tune_pool_next([], ["n1"], "n2", mtp_tune_candidates([1]))
+        mtp_pool.mtp_tune_pool_next([], ["n1"], "n2", mtp_tune_candidates([1]))
 
 
 def _gpus(mib, n=4):
@@ -107,25 +106,25 @@ def _gpus(mib, n=4):
 
 
 def test_identity_and_problems_name_the_field_and_the_nodes():
-    ident = filters.mtp_tune_pool_identity(_gpus(97887), {"model": "m"}, {"spec": 1})
+    ident = mtp_pool.mtp_tune_pool_identity(_gpus(97887), {"model": "m"}, {"spec": 1})
     assert ident["gpus"] == "4 x NVIDIA RTX PRO 6000 97887 MiB" and ident["gpu_count"] == 4
     hostvars = {"a": {"_mtp_tune_pool_identity": ident}, "b": {"_mtp_tune_pool_identity": dict(ident)},
-                "c": {"_mtp_tune_pool_identity": filters.mtp_tune_pool_identity(_gpus(95000), {"model": "m"}, {"spec": 1})}}
-    assert filters.mtp_tune_pool_problems(["a", "b"], hostvars) == []
-    problems = filters.mtp_tune_pool_problems(["c", "a", "b"], hostvars)
+                "c": {"_mtp_tune_pool_identity": mtp_pool.mtp_tune_pool_identity(_gpus(95000), {"model": "m"}, {"spec": 1})}}
+    assert mtp_pool.mtp_tune_pool_problems(["a", "b"], hostvars) == []
+    problems = mtp_pool.mtp_tune_pool_problems(["c", "a", "b"], hostvars)
     assert len(problems) == 1
     assert "differ in GPUs" in problems[0]
     assert "a, b: '4 x NVIDIA RTX PRO 6000 97887 MiB'" in problems[0]
     assert "c: '4 x NVIDIA RTX PRO 6000 95000 MiB'" in problems[0]
     hostvars["b"]["_mtp_tune_pool_identity"] = dict(ident, workload={"model": "other"})
-    assert any("model, release" in p for p in filters.mtp_tune_pool_problems(["a", "b"], hostvars))
+    assert any("model, release" in p for p in mtp_pool.mtp_tune_pool_problems(["a", "b"], hostvars))
     with pytest.raises(AnsibleFilterError, match="gpu_info"):
-        filters.mtp_tune_pool_identity("4 GPUs")
+        mtp_pool.mtp_tune_pool_identity("4 GPUs")
 
 
 def test_pool_attempts_join_in_node_order_tagged_with_their_node():
     hostvars = {"b": {"_mtp_tune_attempts": [{"key": "s2"}]}, "a": {"_mtp_tune_attempts": [{"key": "s1"}, {"key": "s3", "node": "x"}]},
                 "c": {}}
-    out = filters.mtp_tune_pool_attempts(hostvars, ["c", "b", "a"])
+    out = mtp_pool.mtp_tune_pool_attempts(hostvars, ["c", "b", "a"])
     assert [(a["key"], a["node"]) for a in out] == [("s1", "a"), ("s3", "x"), ("s2", "b")]
     assert "node" not in hostvars["a"]["_mtp_tune_attempts"][0]  # the nodes' own records are not touched

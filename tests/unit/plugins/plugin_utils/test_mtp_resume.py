@@ -6,7 +6,10 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_resume as r
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import mtp_tune_measured, mtp_tune_resume
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import mtp_tune_next
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates
+from mtp_tune_cases import launch, LEVELS
 
 BENCH = {"input_len": 128, "output_len": 128, "dataset": "random", "temperature": 0.0, "time_scale": 0.05}
 WL = r.mtp_tune_fingerprint(BENCH, "Qwen/Q", "0.5.23", 4, None, [1, 4])
@@ -142,3 +145,25 @@ def test_bench_deadline():
     assert r.mtp_tune_bench_deadline(judged, None, 600, [1]) == 120.0
     assert r.mtp_tune_bench_deadline(judged, None, 600, [1, 2, 4, 8, 16, 32]) == 420.0
     assert r.mtp_tune_bench_deadline(judged, None, 600) == 120.0
+
+
+# ---------------------------------------------------------------------------- moved from tests/unit/plugins/filter/test_mtp_tune.py
+
+def test_resume_keeps_decided_candidates_and_remeasures_missing_levels():
+    cands = mtp_tune_candidates([3, 4, 10])
+    atts = [launch({"candidate": c, "overrides": {}, "fit_rung": None}) for c in cands]
+    assert [a["status"] for a in atts] == ["ok", "ok", "failed"]
+    assert mtp_tune_measured(atts, cands, LEVELS) == ["s3-k1-d4", "s4-k1-d5", "s10-k1-d11"]
+    del atts[1]["metrics"]["32"]
+    assert mtp_tune_measured(atts, cands, LEVELS) == ["s3-k1-d4", "s10-k1-d11"]
+    kept = mtp_tune_resume({"attempts": atts}, cands, LEVELS)
+    assert [a["key"] for a in kept] == ["s3-k1-d4", "s10-k1-d11"] and all(a["resumed"] for a in kept)
+    assert "resumed" not in atts[0]  # the loaded data is not mutated
+    assert mtp_tune_resume({"attempts": atts}, cands, LEVELS, force=True) == []
+    # a candidate no longer in the list is not resumed
+    assert [a["key"] for a in mtp_tune_resume({"attempts": atts}, cands[:1], LEVELS)] == ["s3-k1-d4"]
+    with pytest.raises(AnsibleFilterError, match="mtp_tune_force"):
+        mtp_tune_resume({"attempts": "garbage"}, cands, LEVELS)
+    # the search after a resume does not relaunch what is measured
+    nxt = mtp_tune_next(kept, cands, spec={"strategy": "sweep"})
+    assert nxt["candidate"]["key"] == "s4-k1-d5"

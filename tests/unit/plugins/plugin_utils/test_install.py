@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.blackwell.sglang.plugins.filter.install import (
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.install import (
     sglang_install_compiler_problems,
     sglang_install_cuda_environment,
     sglang_install_pick_release,
