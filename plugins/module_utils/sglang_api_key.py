@@ -3,6 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
+# Note that this module util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """The API key of a served node, read on the node from the SGLang ``--config`` file.
 
 The service role writes the key to a 0640 ``--config`` YAML (``api-key: "<json string>"``) and
