@@ -25,7 +25,7 @@ import math
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import notation
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import lever_words, levers_of, lifted
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import lever_words, levers_of, lifted, pool_reference
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_node_noise, mtp_tune_pick_best, mtp_tune_rank, tie_band, under_node_noise)
@@ -291,13 +291,36 @@ def _launched(attempts, nxt):
                and a.get("status") in ("ok", "failed") for a in attempts)
 
 
+def _view_at(static, lspec):
+    """The static launches as a search judged at ``lspec.level`` sees them: a launch made for a lower
+    level that ran capped below this one, without levers, where a lever would hold this level, is
+    left out, so the search launches that depth again lifted (lifted) as a search of this level
+    alone would have done from its first launch; its queued figure is not what the depth can do
+    here. Without cap levers every launch is kept (its queued figure is what the node gives).
+    Returns ``(view, keys left out)``."""
+    if not lspec.cap_levers:
+        return static, set()
+    out, dropped = [], set()
+    for att in static:
+        cap = att.get("running_cap")
+        if (att.get("status") == "ok" and cap not in (None, "") and int(cap) < lspec.level
+                and not levers_of(att.get("overrides")) and isinstance(att.get("candidate"), dict)):
+            got = lifted({"candidate": att["candidate"], "overrides": {}, "fit_rung": None, "reason": ""}, static, lspec)
+            if levers_of(got.get("overrides")):
+                dropped.add(att["key"])
+                continue
+        out.append(att)
+    return out, dropped
+
+
 def schedule_next(attempts, candidates, fit_ladder=None, spec=None, graph_bs=None):
     """The next launch of a schedule run (mtp_tune_next's shape, plus ``schedule`` and ``key`` on
     the two schedule launches), or None when the run is over.
 
     1. per level, in level order, the existing search (tune_next) over the static launches, judged
        at that level (level_spec); each launch measures every level, so a later level's search
-       starts from every earlier launch;
+       starts from every earlier launch (but a launch capped below the level that a lever would
+       lift, _view_at);
     2. then the tuned schedule (tuned_launch), once;
     3. then, with ``spec.schedule_default``, SGLang's default config (default_launch), once.
 
@@ -312,7 +335,14 @@ def schedule_next(attempts, candidates, fit_ladder=None, spec=None, graph_bs=Non
         return None
     static = _keyed(statics(attempts))
     for level in spec.levels:
-        nxt = tune_next(static, candidates, fit_ladder, level_spec(spec, level).replace(max_launches=None))
+        lspec = level_spec(spec, level).replace(max_launches=None)
+        view, dropped = _view_at(static, lspec)
+        nxt = tune_next(view, candidates, fit_ladder, lspec)
+        if nxt is not None and dropped and not levers_of(nxt["overrides"]) \
+                and (nxt["candidate"]["key"] in dropped or pool_reference(view)[0] is None):
+            # the view may hold no pool reading (every launch capped below this level): lift
+            # with what every launch read
+            nxt = lifted(nxt, static, lspec)
         if nxt is not None:
             nxt = dict(nxt, reason="C=%d: %s" % (level, nxt["reason"]))
             ov = ", ".join("%s=%s" % (k, v) for k, v in sorted((nxt["overrides"] or {}).items()) if v is not None)
