@@ -56,7 +56,8 @@ from ansible_collections.blackwell.sglang.plugins.module_utils import journal  #
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import (  # noqa: E402  pylint: disable=wrong-import-position
     mtp_cap, mtp_schedule, spec_schedule)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import mtp_tune_next  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (  # noqa: E402  pylint: disable=wrong-import-position
+    mtp_tune_candidates, spec_from)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner  # noqa: E402  pylint: disable=wrong-import-position
 
 LEVELS = [1, 4, 8, 16, 32]
@@ -64,7 +65,7 @@ STEPS = [1, 2, 3, 4, 5, 6, 7, 8]
 NOISE = 0.015  # mtp_tune_noise's default: the band the verdict uses
 BAND = math.sqrt(2.0) * NOISE
 DECODE_STEPS = 1000
-DRAWS = 32000
+DRAWS = 16000
 # The truth's lever values (bench_cap_levers' grid without the replay, which the searches here do not use)
 RATIOS = [{}, {"mamba_full_memory_ratio": 1.0}, {"mamba_full_memory_ratio": 2.0}, {"mamba_full_memory_ratio": 4.0},
           {"mamba_full_memory_ratio": 8.0}]
@@ -257,7 +258,7 @@ def per_level_searches(server, seed):
     total = 0
     for level in LEVELS:
         atts = []
-        sp = mtp_schedule.level_spec(mtp_schedule.spec_from(spec(server.land)), level)
+        sp = mtp_schedule.level_spec(spec_from(spec(server.land)), level)
         for _i in range(40):
             nxt = mtp_tune_next(atts, cands, None, sp)
             if nxt is None:
@@ -298,7 +299,7 @@ def one_land(land, seeds, tmp):
         _c, tplan, _l, _a = server.schedule_start(conf, tuned["candidate"]["steps"], levers)
         dlev = mtp_cap.levers_of(dflt["overrides"]) if dflt else {}
         _c, dplan, _l, _a = server.schedule_start(None, mtp_schedule.DEFAULT_STEPS, dlev)
-        winners = [mtp_schedule.level_winners(atts, mtp_schedule.spec_from(spec(land)))[lv] for lv in LEVELS]
+        winners = [mtp_schedule.level_winners(atts, spec_from(spec(land)))[lv] for lv in LEVELS]
         nconf, nstart = mtp_schedule.derive_config(winners, LEVELS, neighbours=STEPS)
         _c, nplan, _l, _a = server.schedule_start(nconf, nstart, levers)
         for lv in LEVELS:

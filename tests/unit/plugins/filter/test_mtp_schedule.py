@@ -291,6 +291,21 @@ def test_the_schedule_is_lifted_for_its_deepest_slot_at_the_top_level():
     assert "s7 holds C=%d" % top in dflt["reason"]
 
 
+def test_the_best_single_static_is_measured_lifted_for_the_top_level_as_it_would_be_served():
+    top = 24
+    sp = spec(levels=[1, top], cap_levers=["mamba_full_memory_ratio"])
+    # s3 ran capped at 22 (measured for C=1): its C=24 figure is its queue's
+    atts = [_pooled(3, {1: 200.0, top: 1800.0}), _pooled(8, {1: 230.0, top: 900.0}, {"mamba_full_memory_ratio": 8.0})]
+    assert mtp_schedule.single_static(mtp_schedule.statics(atts), sp)["key"] == "s3-k1-d4"
+    nxt = mtp_schedule.single_lift(atts, sp)
+    assert nxt["candidate"]["key"] == "s3-k1-d4" and "best single static" in nxt["reason"]
+    assert mtp_cap.predicted_cap(atts, nxt["candidate"], nxt["overrides"]) >= top
+    atts.append(_pooled(3, {1: 200.0, top: 2000.0}, nxt["overrides"]))
+    assert mtp_schedule.single_lift(atts, sp) is None
+    # without levers the queue is what the node gives: nothing to lift
+    assert mtp_schedule.single_lift(atts[:2], spec(levels=[1, top])) is None
+
+
 def test_slot_winners_levers_are_united_and_said():
     atts = [_pooled(8, {1: 300.0, 32: 900.0}, {"mamba_full_memory_ratio": 2.0}),
             _pooled(3, {1: 200.0, 32: 2000.0}, {"mamba_full_memory_ratio": 4.0})]
