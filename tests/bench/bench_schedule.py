@@ -28,7 +28,7 @@ KV tokens, cap) of the schedule against the single static; and the neighbour-set
 candidates = its winner and the winner's neighbours), which checks the claim that one candidate per
 slot is better at realistic acceptance.
 
-    .venv/bin/python tests/bench/bench_schedule.py            # 5 landscapes x 5 seeds, about 1 min
+    .venv/bin/python tests/bench/bench_schedule.py            # 5 landscapes x 5 seeds, 2.5 min on a shared 2-core machine
     .venv/bin/python tests/bench/bench_schedule.py --seeds 3
 """
 
