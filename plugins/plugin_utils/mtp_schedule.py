@@ -109,6 +109,13 @@ def _steps_of(winner):
     return int(winner)
 
 
+def _pad(sizes, batch):
+    """adaptive_spec_params.py _pad_to_cuda_graph_bs: the smallest graph batch size >= ``batch``
+    (itself beyond the largest)."""
+    idx = bisect.bisect_left(sizes, batch)
+    return sizes[idx] if idx < len(sizes) else batch
+
+
 def _boundary(low, high, graph_bs):
     """The key of the slot that starts at level ``high`` after level ``low``: the geometric mean,
     rounded up (the figures move with log C), then up to the next graph batch size, since the
@@ -116,15 +123,12 @@ def _boundary(low, high, graph_bs):
     key = int(math.ceil(math.sqrt(low * high)))
     if graph_bs:
         sizes = sorted(graph_bs)
-        idx = bisect.bisect_left(sizes, key)
-        if idx < len(sizes):
-            key = sizes[idx]
-        pad_low = sizes[bisect.bisect_left(sizes, low)] if bisect.bisect_left(sizes, low) < len(sizes) else low
-        if pad_low >= key:
+        key = _pad(sizes, key)
+        if _pad(sizes, low) >= key:
             raise AnsibleFilterError(
                 "concurrency levels %d and %d pad to the same CUDA-graph batch size %d, so no schedule can give them "
                 "different steps: drop one of them from mtp_tune_concurrency or give finer graph batch sizes"
-                % (low, high, pad_low))
+                % (low, high, _pad(sizes, low)))
     return key
 
 
