@@ -341,7 +341,8 @@ def test_the_schedule_wins_only_beyond_the_band_and_never_losing_beyond_it():
     assert win["key"] == "s6-k1-d7+adaptive-%s" % spec_schedule.digest(CONF)[:8]
     assert win["overrides"]["speculative_adaptive_config"] == CONF
     assert win["schedule"]["single_static"] == "s4-k1-d5"
-    assert win["decided_by"].startswith("schedule: the schedule beats s4-k1-d5 beyond the band")
+    assert win["decided_by"].startswith("schedule: the schedule's weakest level (C=1, 99.3% of its best static) beats "
+                                        "s4-k1-d5's (C=1, 90.0%) beyond the band")
     rows = dict((r["level"], r) for r in win["schedule"]["rows"])
     assert rows[1]["best_static"]["key"] == "s6-k1-d7" and rows[8]["best_static"]["key"] == "s2-k1-d3"
     assert rows[8]["schedule_tps"] == 995.0 and rows[8]["single_static_tps"] == 900.0
@@ -349,6 +350,7 @@ def test_the_schedule_wins_only_beyond_the_band_and_never_losing_beyond_it():
     atts = STATICS + [_sched(6, CONF, {1: 149.0, 8: 850.0})]
     win = mtp_tune_winner(atts, SP)
     assert win["schedule"]["verdict"] == "static" and win["key"] == "s4-k1-d5"
+    assert "(C=8, 85.0% of its best static) is below s4-k1-d5's" in win["decided_by"]
     assert "below s4-k1-d5 beyond the band at C=8" in win["decided_by"]
 
 
@@ -356,11 +358,26 @@ def test_a_schedule_within_the_band_everywhere_is_no_reason_to_serve_one():
     atts = STATICS + [_sched(6, CONF, {1: 136.0, 8: 905.0})]
     win = mtp_tune_winner(atts, SP)
     assert win["schedule"]["verdict"] == "static" and win["key"] == "s4-k1-d5"
-    assert "within the band of s4-k1-d5 at every level" in win["schedule"]["why"]
+    assert "(C=8, 90.5% of its best static) is within the band of s4-k1-d5's (C=1, 90.0%)" in win["schedule"]["why"]
     # a noisier node widens the band: a 4 % gain is then a tie
     atts = STATICS + [_sched(6, CONF, {1: 140.0, 8: 936.0})]
     assert mtp_tune_winner(atts, SP)["schedule"]["verdict"] == "schedule"
     assert mtp_tune_winner(atts, dict(SP, noise=0.05))["schedule"]["verdict"] == "static"
+
+
+def test_one_noisy_level_below_does_not_undo_a_better_weakest_level():
+    """Three levels: the schedule ties the best static at two and dips 2.5 % below the single static at
+    the level where that one is strong; its weakest level still beats the single static's by 16 %."""
+    levels = {"schedule": True, "objective": "throughput", "levels": [1, 8, 32]}
+    stat = [_static(2, {1: 100.0, 8: 1000.0, 32: 3000.0}), _static(4, {1: 135.0, 8: 1000.0, 32: 2500.0}),
+            _static(6, {1: 150.0, 8: 700.0, 32: 1800.0})]
+    conf = {"1": {"candidate_steps": [6]}, "3": {"candidate_steps": [4]}, "16": {"candidate_steps": [2]}}
+    win = mtp_tune_winner(stat + [_sched(6, conf, {1: 145.0, 8: 975.0, 32: 2950.0})], levels)
+    assert win["schedule"]["verdict"] == "schedule"
+    assert "below s4-k1-d5 beyond the band at C=8 (-2.5%)" in win["decided_by"]
+    # the same dip where the schedule is weakest decides against it
+    win = mtp_tune_winner(stat + [_sched(6, conf, {1: 125.0, 8: 975.0, 32: 2950.0})], levels)
+    assert win["schedule"]["verdict"] == "static" and win["key"] == "s4-k1-d5"
 
 
 def test_without_a_schedule_launch_the_best_single_static_wins_and_says_why():
