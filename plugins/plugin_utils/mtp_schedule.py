@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Tuning a per-load schedule (SGLang's ``--speculative-adaptive`` with a config of its own): the
 launches (schedule_next), the schedule built from each level's best static depth (derive_config)
 and the verdict against the best single static setting (schedule_winner).

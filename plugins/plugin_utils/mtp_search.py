@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """The search: which launch comes next (mtp_tune_next: the sweep, or the adaptive search over the
 model of each topk lane, Lane, that bounds and predicts the candidates not measured), and after
 it the launches that complete the contenders' tables (mtp_tune_complete).  Controller-side library

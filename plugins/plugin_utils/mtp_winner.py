@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """The winner as results.json keeps it (mtp_tune_winner), with what the search left open: the
 candidates never measured that could still win (mtp_tune_unverified) and whether the launches agree
 with the model its bounds rest on (mtp_tune_model_check).  Controller-side library of

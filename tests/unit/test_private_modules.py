@@ -10,10 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTE = ("# Note that this %s is **PRIVATE** to the collection. It can have breaking changes at any time.\n"
         "# Do not use this from other collections or standalone plugins/modules!\n")
 # Files other changes in flight own now; each gets the note when that change lands.
-NOT_YET = {"plugins/module_utils/mtp_report.py", "plugins/plugin_utils/mtp_noop.py", "plugins/plugin_utils/mtp_record.py",
-           "plugins/plugin_utils/mtp_report.py", "plugins/plugin_utils/mtp_schedule.py",
-           "plugins/plugin_utils/mtp_search.py", "plugins/plugin_utils/mtp_settings.py",
-           "plugins/plugin_utils/mtp_winner.py"}
+NOT_YET = {"plugins/module_utils/mtp_report.py", "plugins/plugin_utils/mtp_noop.py", "plugins/plugin_utils/mtp_record.py"}
 
 
 def _libraries():
