@@ -99,7 +99,8 @@ def mtp_tune_attempt(launch):
     else:
         metrics = dict((str(lv.get("concurrency")), lv) for lv in levels if isinstance(lv, dict))
     launch_s = _num(launch.get("launch_s"))
-    out = {"key": nxt["candidate"]["key"], "candidate": nxt["candidate"], "overrides": nxt.get("overrides") or {},
+    # a schedule launch names its own key (mtp_schedule.attempt_key): never ranked as its start candidate
+    out = {"key": nxt.get("key") or nxt["candidate"]["key"], "candidate": nxt["candidate"], "overrides": nxt.get("overrides") or {},
            "fit_rung": nxt.get("fit_rung"), "reason": nxt.get("reason"), "run": launch.get("run"),
            "workload": launch.get("workload"), "status": "ok" if ok else "failed",
            "failure_class": failure_class, "failure_line": failure_line,

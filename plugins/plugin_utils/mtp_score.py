@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
 import math
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
@@ -162,8 +163,9 @@ def mtp_tune_node_noise(attempts, spec=None):
     for att in attempts or []:
         if att.get("status") != "ok":
             continue
+        # as JSON text: a schedule launch's overrides hold its config, a dict (not hashable)
         key = (att.get("key") or candidate_key(att["candidate"]),
-               tuple(sorted((att.get("overrides") or {}).items())))
+               json.dumps(att.get("overrides") or {}, sort_keys=True, default=str))
         sc = mtp_tune_score(att, spec)
         if sc["value"]:
             groups.setdefault(key, []).append(float(sc["value"]))

@@ -685,6 +685,9 @@ def mtp_tune_next(attempts, candidates, fit_ladder=None, spec=None):
     before the search goes on: the spread between those launches is the node's noise
     (mtp_tune_node_noise), and every band and bound after it uses that when it is larger than
     ``noise``.
+
+    With ``spec.schedule`` the launches of a per-load schedule run instead (mtp_schedule.schedule_next:
+    this search per level, then the schedule built from each level's winner).
     """
     return tune_next(attempts, candidates, fit_ladder, spec)
 
@@ -696,7 +699,12 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
     over, and every failed candidate's due fit launch is a candidate for the next slot, not only
     the latest one's: one round of a pool can end with several failures.
     """
-    spec = under_node_noise(attempts, spec_from(spec))
+    spec = spec_from(spec)
+    if spec.schedule and not pooled:
+        # imported here: mtp_schedule runs this search per level (with schedule off)
+        from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_schedule import schedule_next
+        return schedule_next(attempts, candidates, fit_ladder, spec)
+    spec = under_node_noise(attempts, spec)
     fit = fit_ladder if (spec.fit_retry and isinstance(fit_ladder, dict)) else None
     classes = fit_classes_of(spec.fit_classes)
     attempts = list(attempts or [])

@@ -196,13 +196,20 @@ SPEC_KEYS = (
     ("converge", False, "mtp_tune_converge"),
     ("cap_levers", (), "mtp_tune_cap_levers"),
     ("kv_need", None, "mtp_tune_cap_kv_tokens"),
+    ("schedule", False, "mtp_tune_schedule"),
+    ("schedule_default", True, "mtp_tune_schedule_default"),
 )
 SPEC_FIELDS = tuple(k for k, _d, _v in SPEC_KEYS)
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0", "")
 
 
-class TuneSpec(namedtuple("TuneSpec", SPEC_FIELDS)):
+# The keys added last default as in SPEC_KEYS when a TuneSpec is built without them (a spec
+# written before them, as the tests of the other keys spell one out).
+_LATE_DEFAULTS = (False, True)
+
+
+class TuneSpec(namedtuple("TuneSpec", SPEC_FIELDS, defaults=_LATE_DEFAULTS)):
     """What every decision of a tuning run is taken under; built by spec_from, never by hand.
 
     ``level``: the concurrency the objective is judged at (None: the objective's default, or for
@@ -303,7 +310,9 @@ def spec_from(value=None):
     ``noise_launches``: integers; ``levels``: a list of integers; ``slo_min_tps``,
     ``slo_max_ttft_p99_ms``: numbers > 0; ``noise``, ``verify_tolerance``: fractions >= 0;
     ``fit_retry``, ``converge``: booleans; ``fit_classes``: a list of failure classes;
-    ``cap_levers``: a list among CAP_LEVERS; ``kv_need``: the KV tokens a lifted candidate must keep.
+    ``cap_levers``: a list among CAP_LEVERS; ``kv_need``: the KV tokens a lifted candidate must keep;
+    ``schedule``: tune a per-load schedule (mtp_schedule), ``schedule_default``: with it, also measure
+    SGLang's default adaptive config (booleans).
     """
     if isinstance(value, TuneSpec):
         return value
@@ -344,6 +353,9 @@ def spec_from(value=None):
         converge=_flag(got["converge"], var["converge"]),
         cap_levers=_cap_levers(got["cap_levers"], var["cap_levers"]),
         kv_need=None if _absent(got["kv_need"]) else as_int(got["kv_need"], var["kv_need"]),
+        schedule=_flag(got["schedule"], var["schedule"]),
+        # on unless turned off: the default config's figures are what the tuned schedule is shown against
+        schedule_default=True if _absent(got["schedule_default"]) else _flag(got["schedule_default"], var["schedule_default"]),
     )
 
 

@@ -138,9 +138,14 @@ def mtp_tune_winner(attempts, spec=None, previous=None, now=None, candidates=Non
     measured that the model does not rule out (mtp_tune_unverified, those it leaves open with a
     convex round time where the measurements agree with convexity), ``model_rules_out`` those only
     the convexity rules out, and ``model`` whether the measurements agree with the model
-    (mtp_tune_model_check).
+    (mtp_tune_model_check). With ``spec.schedule`` the per-load schedule's verdict instead, with
+    the same keys and its table (mtp_schedule.schedule_winner).
     """
     spec = spec_from(spec)
+    if spec.schedule:
+        # imported here: mtp_schedule uses this module's checks per level
+        from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_schedule import schedule_winner
+        return schedule_winner(attempts, spec, previous, now, candidates)
     best = mtp_tune_pick_best(attempts, spec)
     w = best["winner"]
     if w is None:
