@@ -85,3 +85,76 @@ def test_another_schedule_or_none_is_not_the_winner_s():
     built_in = _record(speculative_adaptive=True)
     assert n._record_reasons(built_in, SCHEDULE_WINNER, "schedule") == [
         "the node's record has the schedule SGLang's default, the winner 1:4 4:3"]
+
+
+# ---------------------------------------------------------------------------- a whole schedule run, then its re-run
+
+def _figures(nxt):
+    """Aggregate tok/s at C=1 and C=16 of each launch (the sim's perf model at acceptance 0.77 on the
+    operator's node, rounded): steps 4 best at C=1, steps 2 at C=16; a schedule serves each level
+    at its slot's step, SGLang's default below both."""
+    kind = nxt.get("schedule")
+    if kind == "tuned":
+        return {1: 178.0, 16: 1150.0}
+    if kind == "default":
+        return {1: 165.0, 16: 1008.0}
+    return {2: {1: 143.0, 16: 1157.0}, 4: {1: 180.0, 16: 1027.0}}[nxt["candidate"]["steps"]]
+
+
+def _schedule_run():
+    from ansible_collections.blackwell.sglang.plugins.filter.mtp_tune import FilterModule as Tune
+    from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import mtp_tune_fingerprint
+    tune = Tune().filters()
+    bench = {"input_len": 64, "output_len": 64, "dataset": "random", "temperature": 1.5, "time_scale": 0.5}
+    wl = mtp_tune_fingerprint(bench, "Qwen/Q", None, 4, None, [1, 16])
+    spec = {"objective": "throughput", "level": 16, "levels": [1, 16], "strategy": "climb", "converge": True,
+            "schedule": True, "schedule_default": True, "noise": 0.03}
+    cands = mtp_tune_candidates([2, 4])
+    attempts = []
+    for _i in range(10):
+        nxt = tune["mtp_tune_next"](attempts, cands, {}, spec)
+        if nxt is None:
+            break
+        figs = _figures(nxt)
+        by = dict((str(c), {"concurrency": c, "output_throughput": v, "completed": 5 * c, "failed": 0})
+                  for c, v in figs.items())
+        launch = dict(_launch({}), next=nxt, run="20261207T150000Z", workload=wl)
+        launch["bench"] = {"failed": False, "by_concurrency": by, "levels": list(by.values()), "duration_s": 5.0}
+        attempts.append(mtp_tune_attempt(launch))
+    winner = tune["mtp_tune_winner"](attempts, spec, None, "2026-12-07T15:10:00Z", cands)
+    settings = {"objective": "throughput", "concurrency": [1, 16], "schedule": True, "bench": bench}
+    unit = "/etc/systemd/system/sglang-qwen.service"
+    sha1 = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"
+    inputs = n.mtp_tune_inputs_digest({"sglang_service_name": "qwen"})
+    results = {"schema": 1, "run": "schedule", "settings": settings, "attempts": attempts, "winner": winner,
+               "workload": wl, "superseded": [],
+               "runs": [{"id": "20261207T150000Z", "state": "finished", "ended": "2026-12-07T15:12:00Z"}],
+               "converge": {"key": winner["key"], "unit": unit, "unit_sha1": sha1, "inputs": inputs,
+                            "verify": {"ok": True}, "at": "2026-12-07T15:11:00Z"}}
+    run = {"force": False, "pool": False, "converge": True, "run_name": "schedule", "settings": settings, "workload": wl,
+           "resume": {"mismatched": {}, "retry": []}, "attempts": [dict(a, resumed=True) for a in attempts],
+           "candidates": cands, "ladder": {}, "spec": spec, "search_all_levels": True, "interrupted": False,
+           "unit_path": unit, "inputs": inputs, "report": "/r/schedule/node/summary.md"}
+    node = {"unit_exists": True, "unit_sha1": sha1, "ready": True, "unit": {"active_state": "active"},
+            "record": _record(speculative_adaptive=True,
+                              speculative_adaptive_config=spec_schedule.canonical(
+                                  winner["overrides"].get("speculative_adaptive_config")))}
+    return results, run, node
+
+
+def test_a_rerun_of_a_converged_schedule_launches_nothing():
+    from ansible_collections.blackwell.sglang.plugins.filter.mtp_resume import FilterModule as Resume
+    noop = Resume().filters()["mtp_tune_noop"]
+    results, run, node = _schedule_run()
+    kinds = [a.get("schedule") for a in results["attempts"]]
+    assert kinds == [None, None, "tuned", "default"], [a["key"] for a in results["attempts"]]
+    assert results["attempts"][2]["schedule_config"] == {"1": {"candidate_steps": [4]}, "4": {"candidate_steps": [2]}}
+    assert results["winner"]["schedule"]["verdict"] == "schedule", results["winner"]["schedule"]["why"]
+    out = noop(results, run, node)
+    assert out["skip"] is True and out["why"] == [], out
+    assert "schedule=1:4 4:2" in out["message"] and "speculative_adaptive" not in out["message"]
+    # the node serving static steps, or another schedule, goes on
+    node["record"] = _record()
+    assert noop(results, run, node)["why"] == ["the node's record serves static steps, the winner is a per-load schedule"]
+    node["record"] = _record(speculative_adaptive=True, speculative_adaptive_config={"1": {"candidate_steps": [4]}})
+    assert noop(results, run, node)["why"] == ["the node's record has the schedule 1:4, the winner 1:4 4:2"]
