@@ -7,6 +7,7 @@ schedule, nor is a static node at a schedule winner."""
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_noop as n
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import mtp_tune_resume_plan
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates
 
 # as the search builds it (int keys) and as the node's record keeps it (canonical)
@@ -131,8 +132,10 @@ def _schedule_run():
                "runs": [{"id": "20261207T150000Z", "state": "finished", "ended": "2026-12-07T15:12:00Z"}],
                "converge": {"key": winner["key"], "unit": unit, "unit_sha1": sha1, "inputs": inputs,
                             "verify": {"ok": True}, "at": "2026-12-07T15:11:00Z"}}
+    # what the role's resume.yml keeps of the results for the re-run
+    resume = mtp_tune_resume_plan(results, cands, [1, 16], wl)
     run = {"force": False, "pool": False, "converge": True, "run_name": "schedule", "settings": settings, "workload": wl,
-           "resume": {"mismatched": {}, "retry": []}, "attempts": [dict(a, resumed=True) for a in attempts],
+           "resume": resume, "attempts": resume["attempts"],
            "candidates": cands, "ladder": {}, "spec": spec, "search_all_levels": True, "interrupted": False,
            "unit_path": unit, "inputs": inputs, "report": "/r/schedule/node/summary.md"}
     node = {"unit_exists": True, "unit_sha1": sha1, "ready": True, "unit": {"active_state": "active"},
@@ -150,6 +153,9 @@ def test_a_rerun_of_a_converged_schedule_launches_nothing():
     assert kinds == [None, None, "tuned", "default"], [a["key"] for a in results["attempts"]]
     assert results["attempts"][2]["schedule_config"] == {"1": {"candidate_steps": [4]}, "4": {"candidate_steps": [2]}}
     assert results["winner"]["schedule"]["verdict"] == "schedule", results["winner"]["schedule"]["why"]
+    # the re-run keeps every launch, the schedules' too (their keys are not candidates')
+    assert [a["key"] for a in run["attempts"]] == [a["key"] for a in results["attempts"]]
+    assert all(a["resumed"] for a in run["attempts"]) and run["resume"]["superseded"] == []
     out = noop(results, run, node)
     assert out["skip"] is True and out["why"] == [], out
     assert "schedule=1:4 4:2" in out["message"] and "speculative_adaptive" not in out["message"]
