@@ -25,7 +25,7 @@ import math
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import notation
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import lever_words, levers_of, lifted
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import lever_words, levers_of, lifted, pool_reference
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_node_noise, mtp_tune_pick_best, mtp_tune_rank, tie_band, under_node_noise)
@@ -109,6 +109,13 @@ def _steps_of(winner):
     return int(winner)
 
 
+def _pad(sizes, batch):
+    """adaptive_spec_params.py _pad_to_cuda_graph_bs: the smallest graph batch size >= ``batch``
+    (itself beyond the largest)."""
+    idx = bisect.bisect_left(sizes, batch)
+    return sizes[idx] if idx < len(sizes) else batch
+
+
 def _boundary(low, high, graph_bs):
     """The key of the slot that starts at level ``high`` after level ``low``: the geometric mean,
     rounded up (the figures move with log C), then up to the next graph batch size, since the
@@ -116,15 +123,12 @@ def _boundary(low, high, graph_bs):
     key = int(math.ceil(math.sqrt(low * high)))
     if graph_bs:
         sizes = sorted(graph_bs)
-        idx = bisect.bisect_left(sizes, key)
-        if idx < len(sizes):
-            key = sizes[idx]
-        pad_low = sizes[bisect.bisect_left(sizes, low)] if bisect.bisect_left(sizes, low) < len(sizes) else low
-        if pad_low >= key:
+        key = _pad(sizes, key)
+        if _pad(sizes, low) >= key:
             raise AnsibleFilterError(
                 "concurrency levels %d and %d pad to the same CUDA-graph batch size %d, so no schedule can give them "
                 "different steps: drop one of them from mtp_tune_concurrency or give finer graph batch sizes"
-                % (low, high, pad_low))
+                % (low, high, _pad(sizes, low)))
     return key
 
 
@@ -291,15 +295,40 @@ def _launched(attempts, nxt):
                and a.get("status") in ("ok", "failed") for a in attempts)
 
 
+def _view_at(static, lspec):
+    """The static launches as a search judged at ``lspec.level`` sees them: a launch made for a lower
+    level that ran capped below this one, without levers, where a lever would hold this level, is
+    left out, so the search launches that depth again lifted (lifted) as a search of this level
+    alone would have done from its first launch; its queued figure is not what the depth can do
+    here. Without cap levers every launch is kept (its queued figure is what the node gives).
+    Returns ``(view, keys left out)``."""
+    if not lspec.cap_levers:
+        return static, set()
+    out, dropped = [], set()
+    for att in static:
+        cap = att.get("running_cap")
+        if (att.get("status") == "ok" and cap not in (None, "") and int(cap) < lspec.level
+                and not levers_of(att.get("overrides")) and isinstance(att.get("candidate"), dict)):
+            got = lifted({"candidate": att["candidate"], "overrides": {}, "fit_rung": None, "reason": ""}, static, lspec)
+            if levers_of(got.get("overrides")):
+                dropped.add(att["key"])
+                continue
+        out.append(att)
+    return out, dropped
+
+
 def schedule_next(attempts, candidates, fit_ladder=None, spec=None, graph_bs=None):
     """The next launch of a schedule run (mtp_tune_next's shape, plus ``schedule`` and ``key`` on
     the two schedule launches), or None when the run is over.
 
     1. per level, in level order, the existing search (tune_next) over the static launches, judged
        at that level (level_spec); each launch measures every level, so a later level's search
-       starts from every earlier launch;
-    2. then the tuned schedule (tuned_launch), once;
-    3. then, with ``spec.schedule_default``, SGLang's default config (default_launch), once.
+       starts from every earlier launch (but a launch capped below the level that a lever would
+       lift, _view_at);
+    2. the best single static again, lifted for the highest level where its launch ran capped below
+       it (single_lift): the fallback is judged as it would be served;
+    3. then the tuned schedule (tuned_launch), once;
+    4. then, with ``spec.schedule_default``, SGLang's default config (default_launch), once.
 
     ``spec.max_launches`` counts every launch of the run; a node fault ends it."""
     spec = spec_from(spec)
@@ -312,7 +341,14 @@ def schedule_next(attempts, candidates, fit_ladder=None, spec=None, graph_bs=Non
         return None
     static = _keyed(statics(attempts))
     for level in spec.levels:
-        nxt = tune_next(static, candidates, fit_ladder, level_spec(spec, level).replace(max_launches=None))
+        lspec = level_spec(spec, level).replace(max_launches=None)
+        view, dropped = _view_at(static, lspec)
+        nxt = tune_next(view, candidates, fit_ladder, lspec)
+        if nxt is not None and dropped and not levers_of(nxt["overrides"]) \
+                and (nxt["candidate"]["key"] in dropped or pool_reference(view)[0] is None):
+            # the view may hold no pool reading (every launch capped below this level): lift
+            # with what every launch read
+            nxt = lifted(nxt, static, lspec)
         if nxt is not None:
             nxt = dict(nxt, reason="C=%d: %s" % (level, nxt["reason"]))
             ov = ", ".join("%s=%s" % (k, v) for k, v in sorted((nxt["overrides"] or {}).items()) if v is not None)
@@ -320,6 +356,9 @@ def schedule_next(attempts, candidates, fit_ladder=None, spec=None, graph_bs=Non
             nxt["label"] = "steps=%s topk=%s draft=%s%s (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"],
                                                                  " [%s]" % ov if ov else "", nxt["reason"])
             return nxt
+    relift = single_lift(attempts, spec)
+    if relift is not None:
+        return relift
     tuned = tuned_launch(attempts, spec, graph_bs)
     if tuned is not None and not _launched(attempts, tuned):
         return tuned
@@ -341,18 +380,12 @@ def _pct(x):
     return "%+.1f%%" % (x * 100)
 
 
-def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=None):
-    """mtp_tune_winner under ``spec.schedule``: the same keys, plus ``schedule`` (the table).
-
-    Per level L the best static (mtp_tune_pick_best at L over the static launches) and each
-    static's ratio to it, r_L. The best single static is the static measured at every level with
-    the highest min_L r_L (ties within the band: the cheaper). The tuned schedule wins iff at no
-    level it is below the best single static beyond the tie band (tie_band of the two figures
-    under the node's noise) and at some level above it beyond the band; else the best single
-    static wins. None when nothing was measured."""
-    spec = spec_from(spec)
-    attempts = _keyed(attempts)
-    static = statics(attempts)
+def single_static(static, spec):
+    """The best single static of the static launches ``static`` (keyed): per level the best
+    (mtp_tune_pick_best at that level, under the node's noise) and every static's ratio to it;
+    the static with the highest worst ratio, the cheaper of those tied within the band.
+    Returns ``{"key", "level" (its worst), "ratio", "tied", "lspec", "best", "ranks", "worst",
+    "rows"}``, or None when no level has a figure."""
     levels = list(spec.levels)
     if not levels:
         return None
@@ -370,11 +403,62 @@ def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=Non
             row = ranks[lv].get(key)
             ratios.append(row["score"]["value"] / top["score"]["value"] if (row and top) else 0.0)
         worst[key] = (min(ratios), levels[ratios.index(min(ratios))])
-    rows_by_key = dict((k, r) for lv in levels for k, r in ranks[lv].items())
-    band_all = math.sqrt(2.0) * max(lspec[lv].noise for lv in levels)
+    rows = dict((k, r) for lv in levels for k, r in ranks[lv].items())
+    band = math.sqrt(2.0) * max(lspec[lv].noise for lv in levels)
     top_worst = max(v[0] for v in worst.values())
-    tied = [k for k, v in worst.items() if v[0] >= top_worst * (1.0 - band_all)]
-    single = min(tied, key=lambda k: (cost(rows_by_key[k]["candidate"]), -worst[k][0]))
+    tied = [k for k, v in worst.items() if v[0] >= top_worst * (1.0 - band)]
+    key = min(tied, key=lambda k: (cost(rows[k]["candidate"]), -worst[k][0]))
+    return {"key": key, "level": worst[key][1], "ratio": worst[key][0], "tied": tied, "lspec": lspec, "best": best,
+            "ranks": ranks, "worst": worst, "rows": rows}
+
+
+def single_lift(attempts, spec):
+    """The best single static again, lifted for the highest level, when its launch ran capped below
+    that level and a lever the run may use holds it (the launch it would be served as); None else.
+    The per-level searches leave it as the lower levels' searches launched it; the verdict then
+    compares the schedule with what the static can do at every level, not with its queue."""
+    spec = spec_from(spec)
+    static = _keyed(statics(attempts))
+    tab = single_static(static, spec)
+    if tab is None or not spec.cap_levers:
+        return None
+    top = max(spec.levels)
+    row = tab["rows"][tab["key"]]
+    att = next((a for a in reversed(static) if a["key"] == row["key"] and a.get("status") == "ok"
+                and (a.get("overrides") or {}) == (row["overrides"] or {})), None)
+    cap = None if att is None else att.get("running_cap")
+    if cap in (None, "") or int(cap) >= top:
+        return None
+    got = lifted({"candidate": row["candidate"], "overrides": _fit_overrides(row["overrides"]), "fit_rung": None,
+                  "reason": "best single static %s again for C=%d (ran capped at %s)" % (row["key"], top, cap)},
+                 static, level_spec(spec, top))
+    lev = levers_of(got["overrides"])
+    if not lev or any(a["key"] == row["key"] and levers_of(a.get("overrides")) == lev for a in static):
+        return None
+    cand = got["candidate"]
+    ov = ", ".join("%s=%s" % (k, v) for k, v in sorted(got["overrides"].items()) if v is not None)
+    got["label"] = "steps=%s topk=%s draft=%s [%s] (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"], ov, got["reason"])
+    return got
+
+
+def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=None):
+    """mtp_tune_winner under ``spec.schedule``: the same keys, plus ``schedule`` (the table).
+
+    Per level L the best static (mtp_tune_pick_best at L over the static launches) and each
+    static's ratio to it, r_L. The best single static is the static measured at every level with
+    the highest min_L r_L (ties within the band: the cheaper). The tuned schedule wins iff at no
+    level it is below the best single static beyond the tie band (tie_band of the two figures
+    under the node's noise) and at some level above it beyond the band; else the best single
+    static wins. None when nothing was measured."""
+    spec = spec_from(spec)
+    attempts = _keyed(attempts)
+    static = statics(attempts)
+    levels = list(spec.levels)
+    tab = single_static(static, spec)
+    if tab is None:
+        return None
+    lspec, best, ranks, worst = tab["lspec"], tab["best"], tab["ranks"], tab["worst"]
+    single, tied, rows_by_key = tab["key"], tab["tied"], tab["rows"]
 
     def _figures(kind):
         """The latest config of ``kind`` with its scores per level (repeats of it averaged)."""

@@ -139,13 +139,16 @@ def aggregate_tps(concurrency, steps, alpha=ALPHA_SYNTHETIC, factor=1.0,
 
 
 def adaptive_run(concurrency, policy, alpha=ALPHA_SYNTHETIC, factor=1.0, max_running_requests=48,
-                 decode_steps=2000, rng=None):
+                 decode_steps=2000, rng=None, step_ms=None):
     """An adaptive server (``policy``: a fresh adaptive.AdaptiveParams) decoding ``concurrency``
     requests for ``decode_steps`` steps, as scheduler.py runs it: before each step the routed
     slot's step is put in force (eagle_worker_v2.py activate_step_by_batch), the step takes
     step_time_ms at that step, each request gains 1 + its accepted drafts (drawn with ``rng``,
     a seeded random.Random), and the drafts go back to the slot (on_verify_complete), which may
     switch the step for the next one. Beyond the cap requests queue, as in aggregate_tps.
+
+    ``step_ms(batch, steps, factor)``: another round time than step_time_ms (a bench's made-up
+    landscape driven through the same slot dynamics).
 
     Returns {"tps": aggregate tok/s over the run (warm-up included), "steps": {step: decode
     steps run at it}, "final": the step in force at the end}."""
@@ -157,7 +160,7 @@ def adaptive_run(concurrency, policy, alpha=ALPHA_SYNTHETIC, factor=1.0, max_run
     for _i in range(decode_steps):
         steps = policy.steps_for_batch(batch)
         spent[steps] = spent.get(steps, 0) + 1
-        ms += step_time_ms(batch, steps, factor)
+        ms += (step_ms or step_time_ms)(batch, steps, factor)
         correct = [draw_accepted(rng, steps, alpha) for _r in range(batch)]
         tokens += batch + sum(correct)
         policy.on_verify_complete(correct, batch)

@@ -14,7 +14,8 @@ from ansible_collections.blackwell.sglang.plugins.module_utils import journal
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_cap, mtp_schedule, spec_schedule
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import mtp_tune_pick_best
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import mtp_tune_next
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
+    mtp_tune_complete, mtp_tune_cut_short, mtp_tune_next)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     AnsibleFilterError, mtp_tune_candidates, spec_from)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
@@ -210,6 +211,15 @@ def test_max_launches_counts_every_launch_of_the_run(tmp_path, budget):
     assert [mtp_schedule.schedule_kind(a) for a in atts][-1] == "tuned" and len(atts) == statics + 1
 
 
+def test_nothing_to_complete_and_a_cut_short_run_names_its_next_launch(tmp_path):
+    atts = run(moving, tmp_path, max_launches=4)
+    assert mtp_tune_complete(atts, spec(max_launches=4)) is None
+    cut = mtp_tune_cut_short(atts, CANDS, None, spec(max_launches=4))
+    assert cut["launches"] == 4 and cut["next"] == mtp_tune_next(atts, CANDS, None, spec())["label"]
+    full = run(moving, tmp_path)
+    assert mtp_tune_cut_short(full, CANDS, None, spec(max_launches=len(full))) is None
+
+
 def test_a_node_fault_ends_the_run(tmp_path):
     atts = [dict(measure({"candidate": CANDS[2], "overrides": {}, "fit_rung": None, "reason": "x"}, moving, tmp_path),
                  status="failed", failure_class="port_in_use", failure_line="address already in use",
@@ -253,14 +263,18 @@ def _pooled(steps, figs, overrides=None):
 def test_the_schedule_is_lifted_for_its_deepest_slot_at_the_top_level():
     top = 24
     assert _start(8)[0]["max_running_requests"] < top  # the deepest slot's step alone would queue the top level
-    atts = [_pooled(8, {1: 300.0, top: 900.0}), _pooled(3, {1: 200.0, top: 1800.0})]
+    atts = [_pooled(3, {1: 200.0, top: 1800.0}), _pooled(8, {1: 300.0, top: 900.0})]
     sp = spec(levels=[1, top], strategy="sweep", cap_levers=["mamba_full_memory_ratio"], schedule_default=False)
     cands = mtp_tune_candidates([3, 8])
-    # the per-level search at the top level lifts s3 (capped at 22) as for a static run
-    nxt = mtp_tune_next(atts, cands, None, sp)
-    assert nxt["reason"].startswith("C=%d: lift s3-k1-d4" % top) and "schedule" not in nxt
-    atts.append(_pooled(3, {1: 200.0, top: 2000.0}, nxt["overrides"]))
-    s3_ratio = nxt["overrides"]["mamba_full_memory_ratio"]
+    # the search judged at the top level sees the launches made for C=1 capped below it and
+    # launches them again lifted, as a search of that level alone would have from the start
+    figs = {3: {1: 200.0, top: 2000.0}, 8: {1: 300.0, top: 1000.0}}
+    for steps in (3, 8):
+        nxt = mtp_tune_next(atts, cands, None, sp)
+        assert nxt["reason"].startswith("C=%d: " % top) and "lifted: cap" in nxt["reason"] and "schedule" not in nxt
+        assert nxt["candidate"]["steps"] == steps and mtp_cap.levers_of(nxt["overrides"])
+        atts.append(_pooled(steps, figs[steps], nxt["overrides"]))
+    s3_ratio = atts[2]["overrides"]["mamba_full_memory_ratio"]
     nxt = mtp_tune_next(atts, cands, None, sp)
     assert nxt["schedule"] == "tuned"
     assert nxt["overrides"][mtp_schedule.CONFIG] == {"1": {"candidate_steps": [8]}, "5": {"candidate_steps": [3]}}
@@ -275,6 +289,21 @@ def test_the_schedule_is_lifted_for_its_deepest_slot_at_the_top_level():
     dflt = mtp_schedule.default_launch(atts, sp, nxt)
     assert mtp_cap.predicted_cap(atts, mtp_schedule.chain(7), mtp_cap.levers_of(dflt["overrides"])) >= top
     assert "s7 holds C=%d" % top in dflt["reason"]
+
+
+def test_the_best_single_static_is_measured_lifted_for_the_top_level_as_it_would_be_served():
+    top = 24
+    sp = spec(levels=[1, top], cap_levers=["mamba_full_memory_ratio"])
+    # s3 ran capped at 22 (measured for C=1): its C=24 figure is its queue's
+    atts = [_pooled(3, {1: 200.0, top: 1800.0}), _pooled(8, {1: 230.0, top: 900.0}, {"mamba_full_memory_ratio": 8.0})]
+    assert mtp_schedule.single_static(mtp_schedule.statics(atts), sp)["key"] == "s3-k1-d4"
+    nxt = mtp_schedule.single_lift(atts, sp)
+    assert nxt["candidate"]["key"] == "s3-k1-d4" and "best single static" in nxt["reason"]
+    assert mtp_cap.predicted_cap(atts, nxt["candidate"], nxt["overrides"]) >= top
+    atts.append(_pooled(3, {1: 200.0, top: 2000.0}, nxt["overrides"]))
+    assert mtp_schedule.single_lift(atts, sp) is None
+    # without levers the queue is what the node gives: nothing to lift
+    assert mtp_schedule.single_lift(atts[:2], spec(levels=[1, top])) is None
 
 
 def test_slot_winners_levers_are_united_and_said():
