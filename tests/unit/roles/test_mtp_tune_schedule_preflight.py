@@ -152,6 +152,11 @@ def test_role_wires_the_schedule():
             text = fh.read()
         for key in ("speculative_adaptive", "speculative_adaptive_config"):
             assert 'sglang_service_%s: "{{ %s.overrides.%s | default(none) }}"' % (key, var, key) in text, (name, key)
+    # a schedule's launch is measured as it serves: its cap (its pools follow its deepest step) is no failure
+    with open(os.path.join(ROLE, "tasks", "candidate.yml")) as fh:
+        cap_task = [t for t in yaml.safe_load(fh)[-2]["block"] if t["name"] == "Note a server capped below the judged concurrency"][0]
+    assert "and (_mtp_tune_next.schedule | default(none)) is none else none" in " ".join(
+        cap_task["ansible.builtin.set_fact"]["_mtp_tune_cap"].split())
     # the schedule checks come before anything that reads or writes (the results file, the node's state)
     with open(os.path.join(ROLE, "tasks", "preflight.yml")) as fh:
         preflight = fh.read()
