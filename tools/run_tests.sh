@@ -94,7 +94,7 @@ done
 # two cores; a third loads the simulated servers enough to move the figures the scenarios check.
 # Longest scenarios first (seconds of a fresh-clone run on a 2-core machine), spread greedily.
 declare -A scenario_weight=([sequences]=790 [rollout]=655 [pool]=600 [resume]=590 [realpkg]=420 [levers]=350
-                            [tune]=320 [production]=255 [service]=245 [default]=40)
+                            [tune]=320 [schedule]=350 [production]=255 [service]=245 [default]=40)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
   local lane=$1; shift
   local sc s

@@ -140,6 +140,11 @@ DEPTH_FLAGS = (("steps", "--speculative-num-steps"), ("topk", "--speculative-eag
                ("draft_tokens", "--speculative-num-draft-tokens"))
 
 
+# A per-load schedule (SGLang's --speculative-adaptive and its config): a setting of its own, not a
+# lever; the report names it by its slots (schedule_label) instead of a suffix.
+ADAPTIVE_KEYS = ("speculative_adaptive", "speculative_adaptive_config")
+
+
 def _on(value):
     """A store_true lever's value as set_fact and extra vars may leave it (bool, 'true', 1)."""
     if isinstance(value, str):
@@ -160,7 +165,7 @@ def _set_levers(overrides):
     ov = overrides if isinstance(overrides, dict) else {}
     known = [k for k, _t, _f in LEVERS]
     out = []
-    for key in known + sorted(k for k in ov if k not in known):
+    for key in known + sorted(k for k in ov if k not in known and k not in ADAPTIVE_KEYS):
         value = ov.get(key)
         if value is None or value == "" or (key in FLAG_LEVERS and not _on(value)):
             continue
@@ -168,16 +173,62 @@ def _set_levers(overrides):
     return out
 
 
+def _slot_key(key):
+    try:
+        return int(str(key).strip())
+    except ValueError:
+        return None
+
+
+def schedule_label(config):
+    """A schedule's short label, its slots in order: ``1:4 4:3`` (from batch size 1 steps 4, from 4
+    steps 3; ``1:1/3/5`` where a slot has several candidate steps), ``SGLang's default`` for none of
+    its own. The same text as plugins/plugin_utils/spec_schedule.py label (this file stays
+    stdlib-only and self-contained: the module utils ship alone)."""
+    if isinstance(config, str) and config.strip().startswith("{"):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return "invalid schedule"
+    if config is None or config == {}:
+        return "SGLang's default"
+    if not isinstance(config, dict):
+        return "invalid schedule"
+    slots = []
+    for key, tier in config.items():
+        size = _slot_key(key)
+        steps = tier.get("candidate_steps") if isinstance(tier, dict) else None
+        if size is None or size < 1 or not isinstance(steps, list) or not steps or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in steps):
+            return "invalid schedule"
+        slots.append((size, sorted(set(steps))))
+    return " ".join("%d:%s" % (size, "/".join(str(x) for x in steps)) for size, steps in sorted(slots))
+
+
+def schedule_of(att):
+    """``(on, config)`` of an attempt, the winner or a converge row: whether it serves a per-load
+    schedule and the schedule (None: SGLang's built-in one)."""
+    ov = (att or {}).get("overrides") if isinstance((att or {}).get("overrides"), dict) else {}
+    if not _on(ov.get("speculative_adaptive")):
+        return False, None
+    return True, ov.get("speculative_adaptive_config")
+
+
 def notation(att):
     """The report's one name of a candidate: depth ``s<steps>-k<topk>-d<draft tokens>`` and a
     suffix per lever that is set (``+cgbs64``, ``+mrr20``, ``+ratio4``, ``+mms96``, ``+replay``),
-    e.g. ``s8-k1-d9+ratio4+replay``. Used by summary.md's tables, results.csv and the plot.
+    e.g. ``s8-k1-d9+ratio4+replay``; a per-load schedule ``schedule <slots>`` (schedule_label) and
+    its levers, e.g. ``schedule 1:4 4:3+ratio4``. Used by summary.md's tables, results.csv and the plot.
 
     ``att`` is an attempt, the winner or a converge row (``candidate``, ``overrides``, ``key``)."""
     att = att if isinstance(att, dict) else {}
     cand = att.get("candidate") if isinstance(att.get("candidate"), dict) else {}
     depth = [cand.get(k) for k in ("steps", "topk", "draft_tokens")]
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in depth):
+    adaptive, config = schedule_of(att)
+    if adaptive:
+        # a per-load schedule is named by its slots (the step it starts at is the first slot's)
+        text = "schedule %s" % schedule_label(config)
+    elif all(isinstance(v, int) and not isinstance(v, bool) for v in depth):
         text = "s%d-k%d-d%d" % tuple(depth)
     else:
         text = str(att.get("key") or cand.get("key") or "-")
@@ -193,7 +244,8 @@ def notation(att):
 def setting_argv(candidate, overrides):
     """The SGLang flags of a setting: its depth and every lever that is set, e.g.
     ``--speculative-num-steps 8 --speculative-eagle-topk 1 --speculative-num-draft-tokens 9
-    --mamba-full-memory-ratio 4``."""
+    --mamba-full-memory-ratio 4``; a schedule adds ``--speculative-adaptive`` and, for one of its
+    own, ``--speculative-adaptive-config adaptive-<digest>.json`` (the file the service role writes)."""
     cand = candidate if isinstance(candidate, dict) else {}
     words = []
     for key, flag in DEPTH_FLAGS:
@@ -203,6 +255,11 @@ def setting_argv(candidate, overrides):
     for key, value in _set_levers(overrides):
         flag = flags.get(key, "--" + key.replace("_", "-"))
         words += [flag] if key in FLAG_LEVERS else [flag, _value_text(value)]
+    adaptive, config = schedule_of({"overrides": overrides})
+    if adaptive:
+        # the service role writes the config to <config_dir>/<name>/adaptive-<digest>.json
+        words += ["--speculative-adaptive"] + ([] if config in (None, {}) else ["--speculative-adaptive-config",
+                                                                              "adaptive-<digest>.json"])
     return " ".join(words)
 
 
@@ -309,6 +366,8 @@ CSV_FIELDS = (
     # added with the cap levers: at the end, so readers by position keep working
     "candidate", "mamba_full_memory_ratio", "max_mamba_cache_size", "enable_linear_replayssm_spec",
     "running_cap", "queue_bound",
+    # added with the per-load schedule: tuned or default on a schedule's launch, empty on a static one
+    "schedule",
 )
 
 
@@ -359,6 +418,17 @@ def _converge_attempt(doc):
             "timings": {"started": conv.get("at")}}
 
 
+def _schedule_kind(att):
+    """``tuned`` or ``default`` for a schedule's launch (the record's, else from its config), None
+    for a static one."""
+    adaptive, config = schedule_of(att)
+    if not adaptive:
+        return None
+    if att.get("schedule") in ("tuned", "default"):
+        return att["schedule"]
+    return "default" if config in (None, {}) else "tuned"
+
+
 def csv_rows(doc):
     """One row per attempt and measured level; a failed attempt is one row without figures. The
     converged winner's smoke at every level, where it measured them, follows as attempt
@@ -382,6 +452,7 @@ def csv_rows(doc):
             "enable_linear_replayssm_spec": _on(ov["enable_linear_replayssm_spec"])
             if ov.get("enable_linear_replayssm_spec") not in (None, "") else None,
             "running_cap": running_cap(att),
+            "schedule": _schedule_kind(att),
         }
         metrics = att.get("metrics") or {}
         levels = sorted((c for c in metrics if str(c).isdigit()), key=int)
@@ -620,11 +691,90 @@ def _setting_lines(doc, levels, directory=None):
     runs = [r for r in doc.get("runs") or [] if isinstance(r, dict)]
     provisional = " (the best so far: the run has not finished)" if runs and runs[-1].get("state") != "finished" else ""
     argv = setting_argv(winner.get("candidate"), winner.get("overrides"))
-    out = ["**Setting to run: %s**%s: `%s`" % (notation(winner), provisional, argv), ""]
+    adaptive, config = schedule_of(winner)
+    sched = winner.get("schedule") if isinstance(winner.get("schedule"), dict) else None
+    if adaptive:
+        out = ["**Setting to run: per-load schedule %s**%s (SGLang's `--speculative-adaptive`, starting at steps %s): `%s`"
+               % (schedule_label(config), provisional, (winner.get("candidate") or {}).get("steps"), argv), ""]
+        out.append("- Its config (`sglang_service_speculative_adaptive_config`; the node gets it as "
+                   "adaptive-<digest>.json): %s" % ("`%s`" % config_text(config) if config not in (None, {})
+                                                    else "none: SGLang's built-in schedule"))
+    else:
+        out = ["**Setting to run: %s**%s: `%s`" % (notation(winner), provisional, argv), ""]
+        if sched:
+            out.append("- A static setting, not a per-load schedule: the schedule did not beat the best single "
+                       "static setting (table below)")
     out += _figure_lines(doc, levels)
     where = shlex.quote(os.path.abspath(directory)) if directory else "<this results directory>"
     out.append("- Roll it out: `ansible-playbook blackwell.sglang.rollout -i <inventory> -e mtp_tune_from=%s` "
                "(`-e rollout_hosts=<group>` for one kind of node; `--check --diff` previews it)" % where)
+    return out
+
+
+def config_text(config):
+    """A schedule's config as one line of JSON, its slots in batch-size order (as the service role
+    writes its file), e.g. ``{"1": {"candidate_steps": [4]}, "4": {"candidate_steps": [3]}}``."""
+    if isinstance(config, str) and config.strip().startswith("{"):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return config
+    if not isinstance(config, dict):
+        return json.dumps(config)
+    keyed = sorted(((_slot_key(k), str(k), v) for k, v in config.items()), key=lambda x: (x[0] is None, x[0] or 0, x[1]))
+    return "{%s}" % ", ".join("%s: %s" % (json.dumps(k), json.dumps(v, sort_keys=True)) for _n, k, v in keyed)
+
+
+def _pct(value, base):
+    value, base = as_number(value), as_number(base)
+    if value is None or base is None or base <= 0:
+        return None
+    return (value / base - 1.0) * 100.0
+
+
+def _tps_cell(value, base=None):
+    num = as_number(value)
+    if num is None:
+        return "-"
+    pct = _pct(num, base)
+    return "%.0f" % num if pct is None else "%.0f (%+.1f %%)" % (num, pct)
+
+
+def _schedule_lines(doc):
+    """The per-load schedule's table (a run with mtp_tune_schedule): per level the best static
+    setting, the schedule, SGLang's built-in schedule and the best single static setting (the one
+    static setting best at its worst level), aggregate output tok/s, the schedule and the default
+    also as a change over the best single static; then the verdict. [] for a static run."""
+    winner = doc.get("winner") if isinstance(doc.get("winner"), dict) else {}
+    sched = winner.get("schedule") if isinstance(winner.get("schedule"), dict) else None
+    if not sched:
+        return []
+    names = dict((attempt_key(a), notation(a)) for a in doc.get("attempts") or [])
+    single = sched.get("single_static")
+    tuned = sched.get("config")
+    out = ["", "## Per-load schedule", "",
+           "Aggregate output tok/s per level (at C=1 the one request's speed); the schedule %s%s and SGLang's "
+           "default also as the change over the best single static setting %s, the static setting best at its "
+           "worst level." % (schedule_label(tuned) if tuned not in (None, {}) else "(none tuned)",
+                             " (`%s`)" % config_text(tuned) if tuned not in (None, {}) else "",
+                             names.get(single, single or "-")), "",
+           "| level | best static | schedule | SGLang default | best single static | tie band |",
+           "|---|---|---|---|---|---|"]
+    for row in sched.get("rows") or []:
+        if not isinstance(row, dict):
+            continue
+        best = row.get("best_static") if isinstance(row.get("best_static"), dict) else {}
+        base = row.get("single_static_tps")
+        band = as_number(row.get("band"))
+        label = best.get("label") or names.get(best.get("key"), best.get("key")) or "-"
+        out.append("| C=%s | %s %s | %s | %s | %s | %s |" % (
+            row.get("level"), label, _tps_cell(best.get("tps")), _tps_cell(row.get("schedule_tps"), base),
+            _tps_cell(row.get("default_tps"), base), _tps_cell(base),
+            "-" if band is None else "+/-%.1f %%" % (band * 100)))
+    verdict = sched.get("verdict")
+    out += ["", "**Verdict: %s**: %s" % (
+        "the schedule" if verdict == "schedule" else "the best single static setting %s" % names.get(single, single or "-"),
+        str(sched.get("why") or winner.get("decided_by") or "-").rstrip(".") + ".")]
     return out
 
 
@@ -652,8 +802,12 @@ def _notation_line(doc):
     names = [notation(a) for a in doc.get("attempts") or []] + [notation(doc.get("winner") or {})]
     used = ["+%s%s (%s)" % (tag, "" if key in FLAG_LEVERS else "<n>", flag) for key, tag, flag in LEVERS
             if any(("+" + tag) in n for n in names)]
-    return "Candidates: s<steps>-k<topk>-d<draft tokens>%s." % (
+    text = "Candidates: s<steps>-k<topk>-d<draft tokens>%s." % (
         ", then a suffix per lever that is set: " + ", ".join(used) if used else "")
+    if any(n.startswith("schedule ") for n in names):
+        text += (" A per-load schedule (SGLang's --speculative-adaptive): schedule <batch size>:<steps> ..., each "
+                 "slot serving the batches from its size up to the next slot's with its step count.")
+    return text
 
 
 def render_summary(doc, directory=None):
@@ -666,6 +820,7 @@ def render_summary(doc, directory=None):
     stats = doc.get("stats") or {}
     out = ["# MTP tuning: %s on %s" % (doc.get("run", "-"), doc.get("host", "-")), ""]
     out += _setting_lines(doc, levels, directory)
+    out += _schedule_lines(doc)
     out += ["", "## How it was chosen", ""]
     obj = s.get("objective", "-")
     judged = {"latency": "per-request decode tok/s at C=%s" % s.get("level"),
@@ -709,8 +864,11 @@ def render_summary(doc, directory=None):
     out += _run_state_lines(doc)
     if winner.get("key"):
         sc = winner.get("score") or {}
-        out.append("- **Winner: steps %s** (topk %s, %s draft tokens%s): %.1f at C=%s; %s" % (
-            (winner.get("candidate") or {}).get("steps"), (winner.get("candidate") or {}).get("topk"),
+        adaptive, config = schedule_of(winner)
+        steps = (winner.get("candidate") or {}).get("steps")
+        out.append("- **Winner: %s** (%stopk %s, %s draft tokens%s): %.1f at C=%s; %s" % (
+            "per-load schedule %s" % schedule_label(config) if adaptive else "steps %s" % steps,
+            "starting at steps %s, " % steps if adaptive else "", (winner.get("candidate") or {}).get("topk"),
             (winner.get("candidate") or {}).get("draft_tokens"),
             "".join(", %s" % k.replace("_", "-") if k in FLAG_LEVERS else ", %s %s" % (k.replace("_", "-"), _value_text(v))
                     for k, v in _set_levers(winner.get("overrides"))),
@@ -839,7 +997,8 @@ def plot_series(doc):
         name = notation(att)
         if name not in groups:
             order.append(name)
-            steps = (att.get("candidate") or {}).get("steps")
+            # a schedule has no one depth: it is a line of its own, not a point of the depth panel
+            steps = None if schedule_of(att)[0] else (att.get("candidate") or {}).get("steps")
             groups[name] = {"steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else None,
                             "caps": [], "levels": {}}
         group = groups[name]

@@ -22,6 +22,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_resume import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import mtp_tune_complete, mtp_tune_next
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 
 # Facts the service role and its wait module publish (outputs, not inputs of the unit: they come and
 # go with what ran before in the play), and the API key, which never goes into a digest that is
@@ -32,6 +33,9 @@ INPUT_EXCLUDED = ("sglang_service_result", "sglang_service_names", "sglang_servi
 # The node's record keys the winner sets (the setting; the overrides are compared key by key).
 _RECORD_FIELDS = (("steps", "speculative_num_steps"), ("topk", "speculative_eagle_topk"),
                   ("draft_tokens", "speculative_num_draft_tokens"))
+# The per-load schedule: compared as a whole, also where the winner has none (a static winner on a
+# node whose record serves a schedule is not the winner).
+_ADAPTIVE = ("speculative_adaptive", "speculative_adaptive_config")
 
 
 def _canon(value):
@@ -75,10 +79,35 @@ def _record_reasons(record, winner, run_name):
     for field, key in _RECORD_FIELDS:
         if not _num_equal(setting.get(key), cand.get(field)):
             out.append("the node's record has %s=%s, the winner %s" % (key, setting.get(key), cand.get(field)))
-    for key, value in sorted((winner.get("overrides") or {}).items()):
-        if value is not None and not _num_equal(setting.get(key), value):
+    overrides = winner.get("overrides") or {}
+    for key, value in sorted(overrides.items()):
+        if key not in _ADAPTIVE and value is not None and not _num_equal(setting.get(key), value):
             out.append("the node's record has %s=%s, the winner %s" % (key, setting.get(key), value))
+    out.extend(_schedule_reasons(setting, overrides))
     return out
+
+
+def _on(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return value is True
+
+
+def _schedule_reasons(setting, overrides):
+    """Why the record's per-load schedule is not the winner's: on where the winner is static (or off
+    where it is a schedule), or another schedule (compared in its canonical form: the record keeps
+    that, the winner's comes from the search or a results file)."""
+    want, have = _on(overrides.get("speculative_adaptive")), _on(setting.get("speculative_adaptive"))
+    if want != have:
+        return ["the node's record serves %s, the winner %s" % (
+            "a per-load schedule" if have else "static steps", "is a per-load schedule" if want else "static steps")]
+    if not want:
+        return []
+    wanted = spec_schedule.canonical(overrides.get("speculative_adaptive_config"))
+    kept = spec_schedule.canonical(setting.get("speculative_adaptive_config"))
+    if not _same(wanted, kept):
+        return ["the node's record has the schedule %s, the winner %s" % (spec_schedule.label(kept), spec_schedule.label(wanted))]
+    return []
 
 
 def _results_reasons(results, run):
@@ -159,7 +188,10 @@ def _figure(value):
 def _describe(results, run):
     winner = results["winner"]
     cand, score = winner.get("candidate") or {}, winner.get("score") or {}
-    over = dict((k, v) for k, v in sorted((winner.get("overrides") or {}).items()) if v is not None)
+    overrides = winner.get("overrides") or {}
+    over = dict((k, v) for k, v in sorted(overrides.items()) if v is not None and k not in _ADAPTIVE)
+    if _on(overrides.get("speculative_adaptive")):
+        over["schedule"] = spec_schedule.label(overrides.get("speculative_adaptive_config"))
     last = results["runs"][-1]
     return ("nothing to do: run %s finished %s under this workload and these settings, and the node serves its winner "
             "%s (steps %s, topk %s, %s draft tokens%s): %s %s at C=%s (%s), unit unchanged since converge, ready; "

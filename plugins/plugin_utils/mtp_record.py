@@ -12,6 +12,7 @@ from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import node_fault_of
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_numerics import mtp_tune_greedy_compare
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import AnsibleFilterError
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 
 
 def _truthy(value):
@@ -58,7 +59,9 @@ def mtp_tune_attempt(launch):
     (sglang_service_wait's ``pool``); ``port_holders`` the processes holding the port (port_in_use), and
     ``node_fault`` (mtp_node.node_fault_of: class, cause, line, holders) when the failure is the
     node's, not the setting's, else None. ``metrics`` maps each concurrency level (a string) to its figures:
-    every level on success, and on a failed benchmark the levels it did finish.
+    every level on success, and on a failed benchmark the levels it did finish. A launch of a per-load
+    schedule (``speculative_adaptive`` in its overrides) keeps ``schedule`` (``tuned`` or ``default``,
+    the choice's) and ``schedule_config`` (the config, canonical; None for SGLang's built-in one).
     """
     if not isinstance(launch, dict) or not isinstance(launch.get("next"), dict):
         raise AnsibleFilterError("mtp_tune_attempt needs a dict with the launch's 'next' choice, got %r" % (launch,))
@@ -121,6 +124,13 @@ def mtp_tune_attempt(launch):
     out["numerics"] = numerics
     if greedy is not None:
         out["greedy"] = greedy
+    # A per-load schedule's launch: which one (tuned or SGLang's default) and its config in the one
+    # form the node's record and the file name use (None for the release's built-in schedule).
+    overrides = out["overrides"]
+    if _truthy(overrides.get("speculative_adaptive")):
+        out["schedule"] = nxt.get("schedule") or ("tuned" if spec_schedule.canonical(
+            overrides.get("speculative_adaptive_config")) is not None else "default")
+        out["schedule_config"] = spec_schedule.canonical(overrides.get("speculative_adaptive_config"))
     # a pool's launch (mtp_tune_pool_next) says which node ran it, in which round
     for field in ("node", "round"):
         if nxt.get(field) is not None:

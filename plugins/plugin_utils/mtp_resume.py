@@ -45,17 +45,32 @@ def mtp_tune_measured(attempts, candidates, levels=None):
     """Keys of candidates already decided in ``attempts`` (resume): measured at every level
     in ``levels`` (a re-run that adds a level re-measures), or failed for good."""
     keys = set(c["key"] for c in candidates or [])
+    # A per-load schedule's launch (mtp_schedule: ``<candidate key>+adaptive-<digest8>`` or
+    # ``+adaptive-default``) is decided like a candidate: a re-run keeps what it measured.
+    schedules = []
+    for att in attempts or []:
+        if isinstance(att, dict) and _adaptive(att.get("overrides")):
+            key = att.get("key") or candidate_key(att["candidate"])
+            if key not in schedules:
+                schedules.append(key)
     want = [str(c) for c in (levels or [])]
     out = []
     for key, st in candidate_states(attempts).items():
-        if key not in keys or not st["done"]:
+        if (key not in keys and key not in schedules) or not st["done"]:
             continue
         if st["ok"] is not None:
             got = set(str(k) for k in (st["ok"].get("metrics") or {}))
             if not all(c in got for c in want):
                 continue
         out.append(key)
-    return [c["key"] for c in candidates if c["key"] in out]
+    return [c["key"] for c in candidates if c["key"] in out] + [k for k in schedules if k in out]
+
+
+def _adaptive(overrides):
+    value = (overrides or {}).get("speculative_adaptive") if isinstance(overrides, dict) else None
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return value is True
 
 
 def mtp_tune_resume(loaded, candidates, levels=None, force=False):
