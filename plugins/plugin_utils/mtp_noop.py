@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """Whether a tuning run has nothing left to do: the earlier run of the same name finished under
 the same workload and settings, converged the node on its winner, and the node still serves that
 unit, ready.  Then a re-run says so and skips the loop (no launch, no converge, no report write);

@@ -1,6 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: blackwell.sglang maintainers
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Note that this plugin util is **PRIVATE** to the collection. It can have breaking changes at any time.
+# Do not use this from other collections or standalone plugins/modules!
+
 """The record of one launch as results.json keeps it (mtp_tune_attempt): the one place its shape
 is written.  Controller-side library of plugins/filter/mtp_tune.py."""
 
