@@ -76,9 +76,10 @@ def test_the_schedule_won_against_the_best_single_static():
     # the schedule serves each level at that level's best depth
     for level in (1, 16):
         assert rows[level]["schedule_tps"] >= rows[level]["best_static"]["tps"] * (1 - 2 * rows[level]["band"])
-    # the verdict as the table shows it: nowhere below the best single static beyond the band, above it somewhere
-    gains = [(r["schedule_tps"] / r["single_static_tps"] - 1.0, r["band"]) for r in table["rows"]]
-    assert all(g >= -b for g, b in gains) and any(g > b for g, b in gains), gains
+    # the verdict as the table shows it: the schedule's weakest level (its ratio to that level's best
+    # static) beats the best single static's weakest beyond the widest band
+    worst = [min(r[k] / r["best_static"]["tps"] for r in table["rows"]) for k in ("schedule_tps", "single_static_tps")]
+    assert worst[0] / worst[1] - 1.0 > max(r["band"] for r in table["rows"]), (worst, table["rows"])
     assert rows[1]["default_tps"] is None and table["default_key"] is None
     assert doc["converge"]["key"] == win["key"] and doc["converge"]["verify"]["ok"]
 
