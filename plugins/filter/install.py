@@ -11,8 +11,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.install import (
-    sglang_install_compiler_problems, sglang_install_cuda_environment, sglang_install_pick_release, sglang_install_problems,
-    sglang_install_stale_files)
+    sglang_install_compiler_problems, sglang_install_cuda_environment, sglang_install_facts, sglang_install_packages,
+    sglang_install_pick_release, sglang_install_pip_args, sglang_install_problems, sglang_install_stale_files)
 
 
 class FilterModule(object):
@@ -25,4 +25,7 @@ class FilterModule(object):
             "sglang_install_cuda_environment": sglang_install_cuda_environment,
             "sglang_install_compiler_problems": sglang_install_compiler_problems,
             "sglang_install_stale_files": sglang_install_stale_files,
+            "sglang_install_facts": sglang_install_facts,
+            "sglang_install_packages": sglang_install_packages,
+            "sglang_install_pip_args": sglang_install_pip_args,
         }

@@ -12,7 +12,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.rollout_gate import (
-    rollout_budget, rollout_failed_record, rollout_smoke_check, rollout_unit_state, rollout_unit_steady)
+    rollout_budget, rollout_failed_record, rollout_failure, rollout_smoke_check, rollout_start_failure, rollout_stop_reason,
+    rollout_unit_state, rollout_unit_steady)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.rollout_setting import (
     rollout_kind, rollout_requested, rollout_tuned_setting, rollout_unit_settings, setting_label)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.rollout_summary import (
@@ -37,4 +38,7 @@ class FilterModule(object):
             "rollout_unit_steady": rollout_unit_steady,
             "rollout_failed_record": rollout_failed_record,
             "rollout_kind": rollout_kind,
+            "rollout_start_failure": rollout_start_failure,
+            "rollout_failure": rollout_failure,
+            "rollout_stop_reason": rollout_stop_reason,
         }

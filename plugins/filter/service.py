@@ -15,7 +15,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.service_args impo
     sglang_service_adaptive_file, sglang_service_args, sglang_service_name_problems, sglang_service_problems,
     sglang_service_summary, sglang_service_watchdog_problems, sglang_systemd_env, sglang_systemd_exec)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.service_record import (
-    sglang_service_node_key, sglang_service_provenance_line, sglang_service_record, sglang_service_secrets_yaml,
+    sglang_service_key_in_use, sglang_service_node_key, sglang_service_provenance_line, sglang_service_record, sglang_service_secrets_yaml,
     sglang_service_setting)
 
 
@@ -37,4 +37,5 @@ class FilterModule(object):
             "sglang_service_provenance_line": sglang_service_provenance_line,
             "sglang_service_secrets_yaml": sglang_service_secrets_yaml,
             "sglang_service_node_key": sglang_service_node_key,
+            "sglang_service_key_in_use": sglang_service_key_in_use,
         }

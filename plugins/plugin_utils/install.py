@@ -22,6 +22,13 @@ sglang_install_cuda_environment
 sglang_install_compiler_problems
     whether that compiler runs and matches the recipe's CUDA major version, or the precompiled
     FlashInfer JIT cache is installed instead.
+sglang_install_facts
+    what the preflight measured on the node, as the one input of sglang_install_problems.
+sglang_install_packages
+    the pinned packages of a recipe, with its precompiled FlashInfer JIT cache when asked for.
+sglang_install_pip_args
+    where pip takes packages from: the operator's index, extra indexes and wheelhouse, else the
+    recipe's own torch index beside PyPI.
 sglang_install_stale_files
     which of a source tree's files a node lacks or holds with other content, owner, group or mode,
     from one listing on each side: a re-run that changes nothing makes no per-file round trip.
@@ -31,6 +38,8 @@ from __future__ import absolute_import, division, print_function
 
 import posixpath
 import re
+
+from ansible.errors import AnsibleFilterError
 
 __metaclass__ = type
 
@@ -236,3 +245,55 @@ def sglang_install_stale_files(files, source, node, want):
                 or str(theirs.get("mode", "")).lstrip("0") != str(want["mode"]).lstrip("0"):
             stale.append(rel)
     return stale
+
+
+def sglang_install_facts(python_version, glibc=None, free_kib=None, gpus=None):
+    """The facts sglang_install_problems checks, from what the preflight read on the node.
+
+    ``python_version``: the interpreter's ``major.minor`` (empty or None: not read); ``glibc``: the
+    output of ``getconf GNU_LIBC_VERSION`` (``glibc 2.36``); ``free_kib``: free disk where the venv
+    goes, as read; ``gpus``: gpu_info's result when the GPU checks run, None when they do not (then
+    neither the driver nor the GPUs are checked).
+    """
+    facts = {
+        "python_version": python_version or None,
+        "glibc_version": str(glibc or "").split(" ")[-1] or None,
+        "free_kib": free_kib,
+    }
+    if gpus is not None:
+        facts["driver_version"] = gpus.get("driver_version")
+        facts["gpus"] = gpus.get("gpus", [])
+    return facts
+
+
+def sglang_install_packages(recipe, jit_cache=False):
+    """The recipe's pinned packages, and its precompiled FlashInfer JIT cache when ``jit_cache``."""
+    recipe = recipe or {}
+    packages = list(recipe.get("packages") or [])
+    if jit_cache:
+        if not recipe.get("flashinfer_jit_cache"):
+            raise AnsibleFilterError("sglang_install_packages: the recipe names no flashinfer_jit_cache package: add it to "
+                                     "its sglang_install_recipes entry, or set sglang_install_flashinfer_jit_cache=false")
+        packages.append(recipe["flashinfer_jit_cache"])
+    return packages
+
+
+def sglang_install_pip_args(settings, recipe=None):
+    """pip's arguments for where packages come from.
+
+    ``settings``: ``index_url`` (replaces PyPI), ``extra_index_urls``, ``find_links`` (a wheelhouse,
+    with ``--no-index``), ``pip_extra_args``. With ``recipe``, its own ``torch_index_url`` is added
+    as an extra index, unless the operator chose where packages come from (an index or a wheelhouse).
+    """
+    settings = settings or {}
+    index_url = settings.get("index_url") or ""
+    find_links = settings.get("find_links") or ""
+    args = ["--index-url", index_url] if index_url else []
+    args += ["--extra-index-url=%s" % url for url in settings.get("extra_index_urls") or []]
+    if find_links:
+        args += ["--no-index", "--find-links", find_links]
+    args += list(settings.get("pip_extra_args") or [])
+    torch_index = (recipe or {}).get("torch_index_url") or ""
+    if recipe is not None and torch_index and not index_url and not find_links:
+        args += ["--extra-index-url", torch_index]
+    return args

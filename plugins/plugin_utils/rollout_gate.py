@@ -17,6 +17,11 @@ rollout_unit_state / rollout_unit_steady
     smoke bench (no stop, no restart by systemd or its watchdog).
 rollout_failed_record
     a failed node's outcome and what it serves after the rollback.
+rollout_start_failure / rollout_failure
+    what a failed node's record says went wrong: its start (the service role's result), else the
+    smoke bench below a floor, else the failed task of its stage.
+rollout_stop_reason
+    why the rollout stops before a batch: a node that could not be brought back, or the budget.
 
 Outcomes of a node (``OUTCOMES``)::
 
@@ -231,3 +236,55 @@ def rollout_failed_record(record, action, stage, unit_changed, reason, service_r
                 "reason": "%s; %s" % (reason, "no previous unit to roll back to" if unit_changed
                                       else "the unit already had this setting, nothing to roll back to")})
     return out
+
+
+# How long a failure's reason may be in a record and the summary.
+REASON_CHARS = 300
+
+
+def _truncate(text, length=REASON_CHARS, end="...", leeway=5):
+    """Jinja's truncate filter (jinja2/filters.py do_truncate, default policy truncate.leeway 5): cut
+    at the last whole word before ``length`` and end with ``end``, unless only ``leeway`` over."""
+    text = str(text)
+    if len(text) <= length + leeway:
+        return text
+    return text[:length - len(end)].rsplit(" ", 1)[0] + end
+
+
+def rollout_start_failure(result, journal_lines=10):
+    """What went wrong when a node's new setting did not start: ``{}`` when the service role's
+    result (the fact sglang_service_result) says the server is ready, else its ``failure_class``
+    (``unknown`` when it names none), the ``reason`` (the journal's failure line, else the
+    result's message), its ``hint`` and the last ``journal_lines`` lines of the journal."""
+    result = result or {}
+    if result.get("ready"):
+        return {}
+    lines = _int(journal_lines, "rollout_journal_lines")
+    tail = list(result.get("journal_tail") or [])
+    return {"failure_class": result.get("failure_class") or "unknown",
+            "reason": _truncate(result.get("failure_line") or result.get("msg") or "the server did not become ready"),
+            "hint": result.get("hint"),
+            "journal_tail": tail[-lines:]}
+
+
+def rollout_failure(failure, stage, smoke=None, error="task failed"):
+    """What a failed node's record says went wrong: ``failure`` when its stage described it already
+    (a start that did not become ready, a unit that did not hold), else ``below_floor`` with the
+    smoke bench's reasons when that bench failed, else ``<stage>_error`` with the failed task's
+    message ``error``."""
+    if failure:
+        return failure
+    if stage == "smoke" and smoke and not smoke.get("ok"):
+        return {"failure_class": "below_floor", "reason": "; ".join(str(r) for r in smoke.get("reasons") or [])}
+    return {"failure_class": "%s_error" % (stage,), "reason": _truncate(error)}
+
+
+def rollout_stop_reason(budget, down=None, max_fail_percentage=None):
+    """Why the rollout stops before a batch: the nodes ``down`` (left without a server by a failed
+    rollback), else the failure ``budget`` (rollout_budget's) spent."""
+    if down:
+        return "a node could not be brought back (%s)" % ", ".join(str(h) for h in down)
+    budget = budget or {}
+    return "failure budget spent: %s of %s nodes failed (%s), max_fail_percentage %s" % (
+        budget.get("failed"), budget.get("total"), ", ".join(str(h) for h in budget.get("failed_hosts") or []),
+        max_fail_percentage)

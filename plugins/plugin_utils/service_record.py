@@ -23,6 +23,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import json
 import re
 
@@ -206,4 +207,30 @@ def sglang_service_node_key(text, kind="config"):
     for key in ("api-key", "api_key"):
         if data.get(key) not in (None, ""):
             return str(data[key])
+    return ""
+
+
+def _b64_text(content):
+    """What ansible.builtin.slurp read (base64), as text, the way the b64decode filter decodes it."""
+    return base64.b64decode(str(content).encode("utf-8")).decode("utf-8", errors="surrogateescape")
+
+
+def sglang_service_key_in_use(given, state="present", config_content=None, legacy_content=None):
+    """The API key the server is started with and every probe sends.
+
+    ``state="absent"`` -> none (the ``--config`` file is removed); a key given -> that one, replacing
+    the node's; otherwise the node's, read back from its ``--config`` file (``config_content``, as
+    ansible.builtin.slurp returns it, base64) or else from the EnvironmentFile of the older layout
+    (``legacy_content``); none when neither was read. So a run that does not mention the key never
+    removes or changes it.
+    """
+    if state == "absent":
+        return ""
+    given = "" if given is None else str(given)
+    if given:
+        return given
+    if config_content is not None:
+        return sglang_service_node_key(_b64_text(config_content), "config")
+    if legacy_content is not None:
+        return sglang_service_node_key(_b64_text(legacy_content), "env")
     return ""

@@ -5,11 +5,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.install import (
     sglang_install_compiler_problems,
     sglang_install_cuda_environment,
+    sglang_install_facts,
+    sglang_install_packages,
     sglang_install_pick_release,
+    sglang_install_pip_args,
     sglang_install_problems,
     sglang_install_stale_files,
 )
@@ -230,3 +234,49 @@ def test_stale_files_copy_what_the_controller_listing_lacks_and_ignore_other_roo
     # a node entry under another directory with the same tail is not the file
     node = [_found("/opt/other", "a.py", "a" * 40)]
     assert sglang_install_stale_files(["a.py"], [], node, WANT) == ["a.py"]
+
+
+def test_facts_from_what_the_preflight_read():
+    gpus = {"driver_version": "580.95.05", "gpus": GOOD["gpus"], "gpu_count": 4}
+    facts = sglang_install_facts("3.11", "glibc 2.36", "209715200", gpus)
+    assert facts == {"python_version": "3.11", "glibc_version": "2.36", "free_kib": "209715200",
+                     "driver_version": "580.95.05", "gpus": GOOD["gpus"]}
+    # nothing read (check mode, tags): nothing to check, and no GPU keys without the GPU checks
+    assert sglang_install_facts(None, None, None) == {"python_version": None, "glibc_version": None, "free_kib": None}
+    assert sglang_install_facts("", "", None)["python_version"] is None
+    # gpu_info that found no driver: checked as such, no GPUs
+    assert sglang_install_facts("3.11", "glibc 2.36", "1", {})["gpus"] == []
+    assert sglang_install_facts("3.11", "glibc 2.36", "1", {})["driver_version"] is None
+    # what the problems read from them: an old glibc refused
+    assert any("glibc 2.31" in p for p in sglang_install_problems(
+        sglang_install_facts("3.11", "glibc 2.31", GOOD["free_kib"], gpus), NEW, "0.5.23", SETTINGS))
+
+
+def test_packages_with_and_without_the_jit_cache():
+    assert sglang_install_packages(NEW) == NEW["packages"]
+    assert sglang_install_packages(NEW, True) == NEW["packages"] + [NEW["flashinfer_jit_cache"]]
+    assert NEW["flashinfer_jit_cache"] not in sglang_install_packages(NEW, False)
+    with pytest.raises(AnsibleFilterError, match="sglang_install_flashinfer_jit_cache=false"):
+        sglang_install_packages({"packages": ["sglang==0.5.23"]}, True)
+
+
+PIP = {"index_url": "", "extra_index_urls": [], "find_links": "", "pip_extra_args": []}
+
+
+def test_pip_args_pypi_with_the_recipes_torch_index():
+    recipe = {"torch_index_url": "https://download.pytorch.org/whl/cu130"}
+    assert sglang_install_pip_args(PIP) == []
+    assert sglang_install_pip_args(PIP, recipe) == ["--extra-index-url", "https://download.pytorch.org/whl/cu130"]
+    assert sglang_install_pip_args(PIP, {"torch_index_url": None}) == []
+    extra = dict(PIP, extra_index_urls=["https://a", "https://b"], pip_extra_args=["--timeout", "60"])
+    assert sglang_install_pip_args(extra, recipe) == ["--extra-index-url=https://a", "--extra-index-url=https://b",
+                                                      "--timeout", "60",
+                                                      "--extra-index-url", "https://download.pytorch.org/whl/cu130"]
+
+
+def test_pip_args_the_operators_index_or_wheelhouse_replace_the_recipes():
+    recipe = {"torch_index_url": "https://download.pytorch.org/whl/cu130"}
+    assert sglang_install_pip_args(dict(PIP, index_url="https://mirror/simple"), recipe) == [
+        "--index-url", "https://mirror/simple"]
+    assert sglang_install_pip_args(dict(PIP, find_links="/srv/wheels", pip_extra_args=["-q"]), recipe) == [
+        "--no-index", "--find-links", "/srv/wheels", "-q"]

@@ -163,3 +163,60 @@ def test_failed_record_without_a_restore(stage, changed, active, serving):
     assert r["outcome"] == "failed" and r["serving"] == serving and "rollback" not in r
     tail = "no previous unit to roll back to" if changed else "the unit already had this setting, nothing to roll back to"
     assert r["reason"] == "why; " + tail
+
+
+def _jinja_truncate(text):
+    import jinja2
+    return jinja2.Environment().from_string("{{ t | truncate(300) }}").render(t=text)
+
+
+@pytest.mark.parametrize("text", ["short", "x" * 305, "x" * 306, ("word " * 80).strip(), "a" * 299 + " tail" * 3])
+def test_reasons_are_cut_as_jinjas_truncate_cut_them(text):
+    assert f._truncate(text) == _jinja_truncate(text)
+
+
+def test_start_failure_none_when_ready():
+    assert f.rollout_start_failure({"ready": True, "failure_class": "oom"}) == {}
+
+
+def test_start_failure_from_the_service_result():
+    res = {"ready": False, "failure_class": "cuda_oom", "failure_line": "torch.OutOfMemoryError: CUDA out of memory",
+           "msg": "not ready", "hint": "lower mem_fraction_static", "journal_tail": ["l%d" % i for i in range(30)]}
+    got = f.rollout_start_failure(res, 5)
+    assert got == {"failure_class": "cuda_oom", "reason": "torch.OutOfMemoryError: CUDA out of memory",
+                   "hint": "lower mem_fraction_static", "journal_tail": ["l25", "l26", "l27", "l28", "l29"]}
+    assert f.rollout_start_failure(res, "3")["journal_tail"] == ["l27", "l28", "l29"]
+    # no failure line: the message; neither: a sentence; no class: unknown
+    assert f.rollout_start_failure({"ready": False, "msg": "timed out"}, 10)["reason"] == "timed out"
+    bare = f.rollout_start_failure({"ready": False, "failure_class": "", "failure_line": ""}, 10)
+    assert bare == {"failure_class": "unknown", "reason": "the server did not become ready", "hint": None,
+                    "journal_tail": []}
+    long_line = "word " * 100
+    assert f.rollout_start_failure({"failure_line": long_line}, 10)["reason"] == _jinja_truncate(long_line)
+    with pytest.raises(f.AnsibleFilterError, match="rollout_journal_lines"):
+        f.rollout_start_failure({"ready": False}, "ten")
+
+
+def test_failure_keeps_the_stages_own_description():
+    start = {"failure_class": "cuda_oom", "reason": "oom"}
+    assert f.rollout_failure(start, "start", None, "ignored") is start
+
+
+def test_failure_below_floor_after_a_failed_smoke_bench():
+    smoke = {"ok": False, "reasons": ["C=1 250 < 275 tok/s", "C=8 aggregate 900 < 1000"]}
+    assert f.rollout_failure({}, "smoke", smoke, "Smoke bench below the floor") == {
+        "failure_class": "below_floor", "reason": "C=1 250 < 275 tok/s; C=8 aggregate 900 < 1000"}
+    # a smoke bench that passed, or none: the failed task's message, under the stage's class
+    assert f.rollout_failure({}, "smoke", {"ok": True, "reasons": []}, "bench crashed") == {
+        "failure_class": "smoke_error", "reason": "bench crashed"}
+    assert f.rollout_failure({}, "render", None) == {"failure_class": "render_error", "reason": "task failed"}
+    assert f.rollout_failure({}, "render", None, "x " * 200)["reason"] == _jinja_truncate("x " * 200)
+
+
+def test_stop_reason_names_the_nodes_down_first():
+    budget = {"failed": 2, "total": 4, "failed_hosts": ["n1", "n3"], "spent": True}
+    assert f.rollout_stop_reason(budget, ["n3"], 0) == "a node could not be brought back (n3)"
+    assert f.rollout_stop_reason(budget, [], 25) == (
+        "failure budget spent: 2 of 4 nodes failed (n1, n3), max_fail_percentage 25")
+    real = f.rollout_budget(results("rolled_back", "updated"), 2, 0)
+    assert f.rollout_stop_reason(real, [], "0").startswith("failure budget spent: 1 of 2 nodes failed (")

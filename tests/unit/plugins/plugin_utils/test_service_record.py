@@ -122,6 +122,36 @@ def test_node_key_from_each_layout():
         f.sglang_service_node_key("x", "ini")
 
 
+def _b64(text):
+    import base64
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def test_key_in_use_given_replaces_the_nodes_and_absent_removes_it():
+    config = _b64(f.sglang_service_secrets_yaml("node-key", ["managed"]))
+    assert f.sglang_service_key_in_use("new-key", "present", config, None) == "new-key"
+    assert f.sglang_service_key_in_use("new-key", "absent", config, None) == ""
+    assert f.sglang_service_key_in_use("", "absent", config, _b64("SGLANG_API_KEY=old\n")) == ""
+
+
+def test_key_in_use_not_given_keeps_the_nodes():
+    config = _b64(f.sglang_service_secrets_yaml("ünï 'key'", ["managed"]))
+    assert f.sglang_service_key_in_use("", "present", config, None) == "ünï 'key'"
+    # the --config file wins over the older EnvironmentFile, which is read only when there is none
+    assert f.sglang_service_key_in_use("", "present", config, _b64("SGLANG_API_KEY=old\n")) == "ünï 'key'"
+    assert f.sglang_service_key_in_use("", "present", None, _b64("SGLANG_API_KEY='old'\n")) == "old"
+    # a --config file read but holding no key: none, the EnvironmentFile is not consulted
+    assert f.sglang_service_key_in_use("", "present", _b64("other: 1\n"), _b64("SGLANG_API_KEY=old\n")) == ""
+    assert f.sglang_service_key_in_use("", "present", None, None) == ""
+    assert f.sglang_service_key_in_use(None) == ""
+
+
+def test_key_in_use_names_a_broken_config_file_without_its_text():
+    with pytest.raises(svc.AnsibleFilterError, match="not valid YAML") as exc:
+        f.sglang_service_key_in_use("", "present", _b64("api-key: [unclosed-secret"))
+    assert "unclosed-secret" not in str(exc.value)
+
+
 def test_levers_are_record_keys():
     assert set(LEVERS) <= set(f.RECORD_KEYS)
 
