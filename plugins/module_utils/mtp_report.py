@@ -261,8 +261,9 @@ def setting_argv(candidate, overrides):
     adaptive, config = schedule_of({"overrides": overrides})
     if adaptive:
         # the service role writes the config to <config_dir>/<name>/adaptive-<digest>.json
-        words += ["--speculative-adaptive"] + ([] if config in (None, {}) else ["--speculative-adaptive-config",
-                                                                              "adaptive-<digest>.json"])
+        words += ["--speculative-adaptive"]
+        if config not in (None, {}):
+            words += ["--speculative-adaptive-config", "adaptive-<digest>.json"]
     return " ".join(words)
 
 

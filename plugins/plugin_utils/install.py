@@ -257,7 +257,7 @@ def sglang_install_facts(python_version, glibc=None, free_kib=None, gpus=None):
     """
     facts = {
         "python_version": python_version or None,
-        "glibc_version": str(glibc or "").split(" ")[-1] or None,
+        "glibc_version": str(glibc or "").rsplit(" ", maxsplit=1)[-1] or None,
         "free_kib": free_kib,
     }
     if gpus is not None:

@@ -366,7 +366,7 @@ def report(land, res, seeds):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--seeds", type=int, default=5)
     opts = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,6 +9,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOTE = ("# Note that this %s is **PRIVATE** to the collection. It can have breaking changes at any time.\n"
         "# Do not use this from other collections or standalone plugins/modules!\n")
+
+
 def _libraries():
     return sorted(p for folder in ("module_utils", "plugin_utils") for p in (ROOT / "plugins" / folder).glob("*.py")
                   if p.name != "__init__.py")

@@ -1,6 +1,6 @@
 """The nodes and the controller after the schedule scenario: node 1 tuned a per-load schedule
-(each level's search over steps 2 and 4 at C=1 and C=16, then the tuned schedule), the schedule won against the best single static setting and serves with its config
-file; the rollout carried it to node 2; the re-run (idempotence) launched nothing."""
+(each level's search over steps 2 and 4 at C=1 and C=16, then the tuned schedule), the schedule won
+against the best single static setting and serves with its config file; the rollout carried it to node 2; the re-run (idempotence) launched nothing."""
 
 import csv
 import glob
@@ -69,8 +69,8 @@ def test_the_schedule_won_against_the_best_single_static():
     # band of that, the cheaper steps 2 (at 83 % at C=1)
     assert table["single_static"] in ("s4-k1-d5", "s2-k1-d3")
     assert win["overrides"]["speculative_adaptive"] in (True, "true", "True")
-    assert win["overrides"]["speculative_adaptive_config"] in (TUNED_CONFIG, {1: {"candidate_steps": [4]},
-                                                                                4: {"candidate_steps": [2]}})
+    assert win["overrides"]["speculative_adaptive_config"] in (
+        TUNED_CONFIG, {1: {"candidate_steps": [4]}, 4: {"candidate_steps": [2]}})
     rows = dict((r["level"], r) for r in table["rows"])
     assert rows[1]["best_static"]["key"] == "s4-k1-d5" and rows[16]["best_static"]["key"] == "s2-k1-d3"
     # the schedule serves each level at that level's best depth

@@ -88,7 +88,7 @@ def outcome(tmp_path_factory):
     out = {}
     tmp = tmp_path_factory.mktemp("preflight")
     plays = []
-    for name, variables, *_ in REFUSED + PASSES:
+    for name, variables, *_rest in REFUSED + PASSES:
         case_dir = tmp / name.replace(" ", "_")
         case_dir.mkdir()
         plays.append(_play(name, variables, str(case_dir)))
@@ -97,7 +97,9 @@ def outcome(tmp_path_factory):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".cache", "collections"),
                ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_NOCOLOR="1",
                ANSIBLE_STDOUT_CALLBACK="json", ANSIBLE_DEPRECATION_WARNINGS="false")
-    res = subprocess.run([ap, "-i", "localhost,", "-c", "local", str(pb)], env=env, capture_output=True, text=True,
+    # the modules run by this interpreter, not one discovered on PATH (a pyenv shim may not run here)
+    res = subprocess.run([ap, "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" + sys.executable, str(pb)],
+                         env=env, capture_output=True, text=True,
                          timeout=300, check=False)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     doc = json.loads(res.stdout[res.stdout.index("{"):])

@@ -22,7 +22,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import
 
 from sglang_sim import adaptive, config, memory, server_args
 
-LEVELS = [1, 4, 8, 16, 32]
+LEVELS = (1, 4, 8, 16, 32)
 STEPS = [1, 2, 3, 4, 5, 6, 7, 8]
 CANDS = mtp_tune_candidates(STEPS)
 
