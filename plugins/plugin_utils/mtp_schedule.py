@@ -539,7 +539,11 @@ def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=Non
         if above and not wins:
             why += "; above it at %s" % ", ".join("C=%d (%s)" % (lv, _pct(g)) for lv, g, _b in above)
     if wins:
-        lv = s_worst[1]
+        # the schedule's figure is the one at the level where it gains most over the single static
+        # (one exists: beating that static's weakest level beyond the band puts that level above
+        # it): the converge's smoke check measures there, where a schedule that does not switch
+        # would show
+        lv = max(above, key=lambda t: t[1])[0]
         row = sched[lv]
         decided_by = "schedule: " + why
         runner_up, margin = single, s_worst[0] / w1 - 1.0

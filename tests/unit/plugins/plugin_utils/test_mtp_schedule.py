@@ -15,7 +15,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_cap, m
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import mtp_tune_pick_best
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import (
-    mtp_tune_complete, mtp_tune_cut_short, mtp_tune_next)
+    mtp_tune_complete, mtp_tune_cut_short, mtp_tune_next, mtp_tune_smoke_levels)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     AnsibleFilterError, mtp_tune_candidates, spec_from)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
@@ -372,9 +372,14 @@ def test_one_noisy_level_below_does_not_undo_a_better_weakest_level():
     stat = [_static(2, {1: 100.0, 8: 1000.0, 32: 3000.0}), _static(4, {1: 135.0, 8: 1000.0, 32: 2500.0}),
             _static(6, {1: 150.0, 8: 700.0, 32: 1800.0})]
     conf = {"1": {"candidate_steps": [6]}, "3": {"candidate_steps": [4]}, "16": {"candidate_steps": [2]}}
-    win = mtp_tune_winner(stat + [_sched(6, conf, {1: 145.0, 8: 975.0, 32: 2950.0})], levels)
+    atts = stat + [_sched(6, conf, {1: 145.0, 8: 975.0, 32: 2950.0})]
+    win = mtp_tune_winner(atts, levels)
     assert win["schedule"]["verdict"] == "schedule"
     assert "below s4-k1-d5 beyond the band at C=8 (-2.5%)" in win["decided_by"]
+    # its figure is the one where it gains most over that static (C=32, where s4 is weakest): the
+    # converge's smoke measures there, and a schedule that stays at C=1's depth would show
+    assert win["score"]["level"] == 32
+    assert mtp_tune_smoke_levels(win, atts, dict(levels, converge=True)) == [32]
     # the same dip where the schedule is weakest decides against it
     win = mtp_tune_winner(stat + [_sched(6, conf, {1: 125.0, 8: 975.0, 32: 2950.0})], levels)
     assert win["schedule"]["verdict"] == "static" and win["key"] == "s4-k1-d5"
