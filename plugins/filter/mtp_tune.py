@@ -15,7 +15,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import mtp_tune_numerics_plan
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import mtp_tune_capped, mtp_tune_fit_ladder
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_fit import mtp_tune_capped
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault, mtp_tune_node_fault_message
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_record import mtp_tune_attempt
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
@@ -24,6 +24,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import
     mtp_tune_complete, mtp_tune_cut_short, mtp_tune_next, mtp_tune_smoke_levels)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import mtp_tune_candidates, mtp_tune_levels
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_state_pool import mtp_tune_pool_predict
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_role_settings import mtp_tune_fit_plan, mtp_tune_winner_line
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
 
 
@@ -41,7 +42,7 @@ class FilterModule(object):
             "mtp_tune_cut_short": mtp_tune_cut_short,
             "mtp_tune_smoke_levels": mtp_tune_smoke_levels,
             "mtp_tune_attempt": mtp_tune_attempt,
-            "mtp_tune_fit_ladder": mtp_tune_fit_ladder,
+            "mtp_tune_fit_ladder": mtp_tune_fit_plan,
             "mtp_tune_verify": mtp_tune_verify,
             "mtp_tune_progress": mtp_tune_progress,
             "mtp_tune_capped": mtp_tune_capped,
@@ -49,4 +50,5 @@ class FilterModule(object):
             "mtp_tune_node_fault_message": mtp_tune_node_fault_message,
             "mtp_tune_numerics_plan": mtp_tune_numerics_plan,
             "mtp_tune_pool_predict": mtp_tune_pool_predict,
+            "mtp_tune_winner_line": mtp_tune_winner_line,
         }

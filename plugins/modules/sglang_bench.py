@@ -58,6 +58,12 @@ description:
     requests end short under O(ignore_eos).
 author:
   - blackwell.sglang maintainers (@blackwell)
+attributes:
+  action_group:
+    description: Use C(group/blackwell.sglang.bench) in C(module_defaults) to set defaults for this module.
+    support: full
+    membership:
+      - blackwell.sglang.bench
 options:
   url:
     description: Base URL of the SGLang server, as seen from the node. Only C(http://) is supported.
