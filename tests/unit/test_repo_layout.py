@@ -172,18 +172,6 @@ JINJA_MAX_CHARS = 200
 _JINJA = re.compile(r"\{\{(.*?)\}\}|\{%(.*?)%\}", re.S)
 # Keys whose value is a bare Jinja expression (no braces).
 _BARE_JINJA_KEYS = ("when", "that", "failed_when", "changed_when", "until")
-# roles/mtp_tune is being cleared by its own change; until then, at most this many long
-# expressions per file there (a new one, or one in any other role or playbook, fails).
-# Empty this once that change lands; nothing outside roles/mtp_tune may be added here.
-JINJA_LONG_ALLOWED = {
-    "roles/mtp_tune/tasks/candidate.yml": 3,
-    "roles/mtp_tune/tasks/converge.yml": 1,
-    "roles/mtp_tune/tasks/main.yml": 1,
-    "roles/mtp_tune/tasks/pool.yml": 1,
-    "roles/mtp_tune/tasks/preflight.yml": 2,
-    "roles/mtp_tune/tasks/report.yml": 1,
-    "roles/mtp_tune/tasks/resume.yml": 3,
-}
 
 
 def _long_jinja(node, out):
@@ -220,12 +208,7 @@ def test_no_jinja_expression_over_the_limit():
     for path in files:
         rel = path.relative_to(ROOT).as_posix()
         found = _long_jinja(yaml.safe_load(path.read_text()), [])
-        allowed = JINJA_LONG_ALLOWED.get(rel, 0)
-        if len(found) > allowed:
+        if found:
             problems.extend("%s: %d characters: %s..." % (rel, len(expr), expr[:80]) for expr in found)
     assert not problems, ("Jinja expressions over %d characters (move the decision into plugins/plugin_utils, "
                           "pass the role's settings mapping whole):\n%s" % (JINJA_MAX_CHARS, "\n".join(problems)))
-
-
-def test_long_jinja_allow_list_is_only_mtp_tune():
-    assert all(path.startswith("roles/mtp_tune/") for path in JINJA_LONG_ALLOWED)
