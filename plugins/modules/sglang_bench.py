@@ -58,6 +58,8 @@ description:
     requests end short under O(ignore_eos).
 author:
   - blackwell.sglang maintainers (@blackwell)
+extends_documentation_fragment:
+  - blackwell.sglang.api_key
 attributes:
   action_group:
     description: Use C(group/blackwell.sglang.bench) in C(module_defaults) to set defaults for this module.
@@ -72,13 +74,6 @@ options:
   api_key:
     description: The server's C(--api-key), sent as a bearer token. Never logged.
     type: str
-  api_key_file:
-    description:
-      - Path on the node of SGLang's C(--config) YAML whose C(api-key) is sent, read where the module
-        runs (the service role publishes it as C(sglang_service_names.api_key_file)), so the key never
-        passes through the controller. A missing file means the server runs without a key.
-      - Mutually exclusive with O(api_key).
-    type: path
   endpoint:
     description:
       - C(generate) is SGLang's native C(/generate). It counts tokens from C(meta_info) and

@@ -37,13 +37,6 @@ options:
   api_key:
     description: The server's C(--api-key), sent as a bearer token. Never logged or returned.
     type: str
-  api_key_file:
-    description:
-      - Path on the node of SGLang's C(--config) YAML whose C(api-key) is sent, read where the module
-        runs (the service role publishes it as C(sglang_service_names.api_key_file)), so the key never
-        passes through the controller. A missing file means the server runs without a key.
-      - Mutually exclusive with O(api_key).
-    type: path
   num_prompts:
     description:
       - How many of the built-in prompts to send (the first O(num_prompts) of 16).
@@ -66,6 +59,7 @@ options:
     default: 120
 extends_documentation_fragment:
   - blackwell.sglang.attributes
+  - blackwell.sglang.api_key
   - blackwell.sglang.attributes.info_module
 author:
   - blackwell.sglang maintainers (@blackwell)

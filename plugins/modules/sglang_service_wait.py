@@ -45,13 +45,6 @@ options:
     description:
       - API key of the server, sent as a bearer token on C(/generate). Health endpoints do not need it.
     type: str
-  api_key_file:
-    description:
-      - Path on the node of SGLang's C(--config) YAML whose C(api-key) is sent, read where the module
-        runs (the service role publishes it as C(sglang_service_names.api_key_file)), so the key never
-        passes through the controller. A missing file means the server runs without a key.
-      - Mutually exclusive with O(api_key).
-    type: path
   timeout:
     description: Seconds to wait in total before failing with class V(timeout).
     type: int
@@ -99,6 +92,7 @@ options:
     default: true
 extends_documentation_fragment:
   - blackwell.sglang.attributes
+  - blackwell.sglang.api_key
   - blackwell.sglang.attributes.facts
 attributes:
   check_mode:

@@ -375,8 +375,8 @@ def test_main_rejects_bad_input_with_a_message(capsys, args, needle):
     assert needle in out["msg"]
 
 
-def test_main_fails_with_class_and_masks_the_api_key(capsys, monkeypatch):
-    key = "s3cret-key-value"
+def _a_unit_that_failed_logging(monkeypatch, key):
+    """systemctl and the journal of a unit that failed on memory after logging its arguments, key included."""
     lines = ["x server_args=ServerArgs(api_key='%s')" % key,
              "x RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]
 
@@ -389,6 +389,11 @@ def test_main_fails_with_class_and_masks_the_api_key(capsys, monkeypatch):
 
     monkeypatch.setattr(AnsibleModule, "run_command", fake_run)
     monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/bin/" + name)
+
+
+def test_main_fails_with_class_and_masks_the_api_key(capsys, monkeypatch):
+    key = "s3cret-key-value"
+    _a_unit_that_failed_logging(monkeypatch, key)
     out = _run_main(capsys, {"unit": "sglang-qwen", "api_key": key})
     assert out["failed"] is True
     assert out["failure_class"] == "oom_kv_cache"
@@ -405,18 +410,7 @@ def test_main_reads_the_key_file_and_masks_its_key(capsys, monkeypatch, tmp_path
     key = "s3cret-from-the-file"
     secrets = tmp_path / "secrets.yaml"
     secrets.write_text('api-key: "%s"\n' % key)
-    lines = ["x server_args=ServerArgs(api_key='%s')" % key,
-             "x RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."]
-
-    def fake_run(self, argv, **kwargs):
-        if argv[:2] == ["systemctl", "show"]:
-            return 0, "LoadState=loaded\nActiveState=failed\nSubState=failed\nNRestarts=0\nInvocationID=i1\n", ""
-        return 0, "".join(json.dumps({"_SYSTEMD_INVOCATION_ID": "i1", "MESSAGE": line}) + "\n" for line in lines), ""
-
-    from ansible.module_utils.basic import AnsibleModule
-
-    monkeypatch.setattr(AnsibleModule, "run_command", fake_run)
-    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, *a, **k: "/bin/" + name)
+    _a_unit_that_failed_logging(monkeypatch, key)
     out = _run_main(capsys, {"unit": "sglang-qwen", "api_key_file": str(secrets)})
     assert out["failure_class"] == "oom_kv_cache"
     assert key not in json.dumps(out)
