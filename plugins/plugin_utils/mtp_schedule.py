@@ -444,48 +444,32 @@ def single_lift(attempts, spec):
     return got
 
 
-def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=None):
-    """mtp_tune_winner under ``spec.schedule``: the same keys, plus ``schedule`` (the table).
+def _schedule_figures(attempts, spec, lspec, kind):
+    """The latest config of ``kind`` (tuned or default) with its scores per level (repeats of it
+    averaged): (key, {level: row}), (None, {}) when none was measured. The tuned one is the config
+    the per-level winners derive now, where it was measured."""
+    atts = [a for a in attempts if schedule_kind(a) == kind and a.get("status") == "ok"]
+    if kind == "tuned":
+        want = tuned_launch(attempts, spec)
+        want_key = want["key"] if want else None
+        if want_key and any(a["key"] == want_key for a in atts):
+            atts = [a for a in atts if a["key"] == want_key]
+    if not atts:
+        return None, {}
+    key = atts[-1]["key"]
+    out = {}
+    for lv in spec.levels:
+        row = _rows_at([a for a in atts if a["key"] == key], lspec[lv]).get(key)
+        if row is not None:
+            out[lv] = row
+    return key, out
 
-    Per level L the best static (mtp_tune_pick_best at L over the static launches) and each
-    static's ratio to it, r_L. The best single static is the static measured at every level with
-    the highest min_L r_L (ties within the band: the cheaper). The tuned schedule, measured at every
-    level, wins iff its own min_L r_L beats the best single static's beyond the tie band (the
-    widest of the levels' bands, tie_band of the two figures under the node's noise); else the
-    best single static wins. ``why`` also names the levels where the schedule is below or above
-    the single static beyond the band. None when nothing was measured."""
-    spec = spec_from(spec)
-    attempts = _keyed(attempts)
-    static = statics(attempts)
-    levels = list(spec.levels)
-    tab = single_static(static, spec)
-    if tab is None:
-        return None
-    lspec, best, ranks, worst = tab["lspec"], tab["best"], tab["ranks"], tab["worst"]
-    single, tied, rows_by_key = tab["key"], tab["tied"], tab["rows"]
 
-    def _figures(kind):
-        """The latest config of ``kind`` with its scores per level (repeats of it averaged)."""
-        atts = [a for a in attempts if schedule_kind(a) == kind and a.get("status") == "ok"]
-        if kind == "tuned":
-            want = tuned_launch(attempts, spec)
-            want_key = want["key"] if want else None
-            if want_key and any(a["key"] == want_key for a in atts):
-                atts = [a for a in atts if a["key"] == want_key]
-        if not atts:
-            return None, {}
-        key = atts[-1]["key"]
-        out = {}
-        for lv in levels:
-            row = _rows_at([a for a in atts if a["key"] == key], lspec[lv]).get(key)
-            if row is not None:
-                out[lv] = row
-        return key, out
-
-    sched_key, sched = _figures("tuned")
-    default_key, dflt = _figures("default")
-    table = []
-    below, above = [], []
+def _schedule_table(tab, sched, dflt, levels):
+    """The report's rows (level, best static, single static, schedule, default, band) and the levels
+    where the schedule is below / above the single static beyond that level's band: (gain, band)."""
+    lspec, best, ranks, single = tab["lspec"], tab["best"], tab["ranks"], tab["key"]
+    table, below, above = [], [], []
     for lv in levels:
         one = ranks[lv].get(single)
         srow = sched.get(lv)
@@ -505,39 +489,71 @@ def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=Non
             below.append((lv, gain, band))
         elif gain > band:
             above.append((lv, gain, band))
-    single_row = rows_by_key[single]
+    return table, below, above
+
+
+def _schedule_verdict(tab, sched_key, sched, table, below, above, levels):
+    """Whether the tuned schedule wins, why (one line), and its weakest (ratio, level).
+
+    The schedule is judged as the best single static was chosen: by its weakest level's ratio to
+    that level's best static, against that static's weakest, beyond the widest band. One
+    comparison, not one per level: with one launch each, "never below beyond the band at any
+    level" fails a schedule that ties everywhere as often as noise puts one of several levels below
+    (the bench measured 3 of 5 runs on a node where it gains)."""
+    best, single = tab["best"], tab["key"]
     complete = bool(sched) and len(sched) == len(levels)
-    # The schedule is judged as the best single static was chosen: by its weakest level's ratio to
-    # that level's best static. One comparison, not one per level: with one launch each, "never
-    # below beyond the band at any level" fails a schedule that ties everywhere as often as noise
-    # puts one of several levels below (the bench measured 3 of 5 runs on a node where it gains).
     s_worst = None
     if complete:
         ratios = [(sched[lv]["score"]["value"] / best[lv]["top"]["score"]["value"], lv) for lv in levels
                   if best[lv]["top"] is not None]
         s_worst = min(ratios) if ratios else None
-    w1, lv1 = worst[single]
+    w1, lv1 = tab["worst"][single]
     band = max([t["band"] for t in table] or [0.0])
     wins = s_worst is not None and w1 > 0 and s_worst[0] / w1 - 1.0 > band
     if sched_key is None:
-        why = "no tuned schedule was measured"
-    elif not complete:
-        why = "the tuned schedule has no figure at C=%s" % ", ".join(str(lv) for lv in levels if lv not in sched)
+        return False, "no tuned schedule was measured", s_worst
+    if not complete or s_worst is None:
+        return False, "the tuned schedule has no figure at C=%s" % ", ".join(
+            str(lv) for lv in levels if lv not in sched), s_worst
+    lead = "the schedule's weakest level (C=%d, %.1f%% of its best static) VERB %s's (C=%d, %.1f%%)" % (
+        s_worst[1], s_worst[0] * 100, single, lv1, w1 * 100)
+    gain = s_worst[0] / w1 - 1.0 if w1 > 0 else 0.0
+    if wins:
+        why = lead.replace("VERB", "beats") + " beyond the band (%s, band %.1f%%)" % (_pct(gain), band * 100)
+    elif gain < -band:
+        why = lead.replace("VERB", "is below") + " (%s, band %.1f%%)" % (_pct(gain), band * 100)
     else:
-        lead = "the schedule's weakest level (C=%d, %.1f%% of its best static) VERB %s's (C=%d, %.1f%%)" % (
-            s_worst[1], s_worst[0] * 100, single, lv1, w1 * 100)
-        gain = s_worst[0] / w1 - 1.0 if w1 > 0 else 0.0
-        if wins:
-            why = lead.replace("VERB", "beats") + " beyond the band (%s, band %.1f%%)" % (_pct(gain), band * 100)
-        elif gain < -band:
-            why = lead.replace("VERB", "is below") + " (%s, band %.1f%%)" % (_pct(gain), band * 100)
-        else:
-            why = lead.replace("VERB", "is within the band of") + " (%s, band %.1f%%)" % (_pct(gain), band * 100)
-        if below:
-            why += "; below %s beyond the band at %s" % (single, ", ".join(
-                "C=%d (%s)" % (lv, _pct(g)) for lv, g, _b in below))
-        if above and not wins:
-            why += "; above it at %s" % ", ".join("C=%d (%s)" % (lv, _pct(g)) for lv, g, _b in above)
+        why = lead.replace("VERB", "is within the band of") + " (%s, band %.1f%%)" % (_pct(gain), band * 100)
+    if below:
+        why += "; below %s beyond the band at %s" % (single, ", ".join("C=%d (%s)" % (lv, _pct(g)) for lv, g, _b in below))
+    if above and not wins:
+        why += "; above it at %s" % ", ".join("C=%d (%s)" % (lv, _pct(g)) for lv, g, _b in above)
+    return wins, why, s_worst
+
+
+def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=None):
+    """mtp_tune_winner under ``spec.schedule``: the same keys, plus ``schedule`` (the table).
+
+    Per level L the best static (mtp_tune_pick_best at L over the static launches) and each
+    static's ratio to it, r_L. The best single static is the static measured at every level with
+    the highest min_L r_L (ties within the band: the cheaper). The tuned schedule, measured at every
+    level, wins iff its own min_L r_L beats the best single static's beyond the tie band (the
+    widest of the levels' bands, tie_band of the two figures under the node's noise); else the
+    best single static wins. ``why`` also names the levels where the schedule is below or above
+    the single static beyond the band. None when nothing was measured."""
+    spec = spec_from(spec)
+    attempts = _keyed(attempts)
+    static = statics(attempts)
+    levels = list(spec.levels)
+    tab = single_static(static, spec)
+    if tab is None:
+        return None
+    lspec, ranks, worst, single = tab["lspec"], tab["ranks"], tab["worst"], tab["key"]
+    sched_key, sched = _schedule_figures(attempts, spec, lspec, "tuned")
+    default_key, dflt = _schedule_figures(attempts, spec, lspec, "default")
+    table, below, above = _schedule_table(tab, sched, dflt, levels)
+    wins, why, s_worst = _schedule_verdict(tab, sched_key, sched, table, below, above, levels)
+    single_row = tab["rows"][single]
     if wins:
         # the schedule's figure is the one at the level where it gains most over the single static
         # (one exists: beating that static's weakest level beyond the band puts that level above
@@ -546,7 +562,8 @@ def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=Non
         lv = max(above, key=lambda t: t[1])[0]
         row = sched[lv]
         decided_by = "schedule: " + why
-        runner_up, margin = single, s_worst[0] / w1 - 1.0
+        runner_up, margin = single, s_worst[0] / worst[single][0] - 1.0
+        band = max([t["band"] for t in table] or [0.0])
     else:
         lv = worst[single][1]
         row = ranks[lv].get(single) or single_row
@@ -560,7 +577,7 @@ def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=Non
     sc = row["score"]
     cand = dict((k, row["candidate"][k]) for k in ("steps", "topk", "draft_tokens"))
     out = {"key": row["key"], "candidate": cand, "overrides": row["overrides"] or {}, "score": sc,
-           "decided_by": decided_by, "tied": tied if len(tied) > 1 else [],
+           "decided_by": decided_by, "tied": tab["tied"] if len(tab["tied"]) > 1 else [],
            "runner_up": runner_up, "decided_at": now, "margin": margin, "band": band,
            "interval": [sc["low"], sc["high"]], "noise": mtp_tune_node_noise(static, lspec[levels[-1]])}
     tuned_att = next((a for a in attempts if a["key"] == sched_key), None)
