@@ -580,13 +580,11 @@ def schedule_winner(attempts, spec=None, previous=None, now=None, candidates=Non
            "decided_by": decided_by, "tied": tab["tied"] if len(tab["tied"]) > 1 else [],
            "runner_up": runner_up, "decided_at": now, "margin": margin, "band": band,
            "interval": [sc["low"], sc["high"]], "noise": mtp_tune_node_noise(static, lspec[levels[-1]])}
-    tuned_att = next((a for a in attempts if a["key"] == sched_key), None)
-    out["schedule"] = {"levels": levels, "rows": table, "single_static": single,
-                       "single_static_label": notation(single_row),
-                       "config": None if tuned_att is None else spec_schedule.canonical(tuned_att["overrides"].get(CONFIG)),
-                       "label": None if tuned_att is None else spec_schedule.label(tuned_att["overrides"].get(CONFIG)),
-                       "key": sched_key, "default_key": default_key,
-                       "verdict": "schedule" if wins else "static", "why": why}
+    config = next((a["overrides"].get(CONFIG) for a in attempts if a["key"] == sched_key), None)
+    out["schedule"] = {"levels": levels, "rows": table, "single_static": single, "single_static_label": notation(single_row),
+                       "config": None if config is None else spec_schedule.canonical(config),
+                       "label": None if config is None else spec_schedule.label(config),
+                       "key": sched_key, "default_key": default_key, "verdict": "schedule" if wins else "static", "why": why}
     if candidates:
         _unverified(out, static, candidates, lspec, levels)
     prev = previous if isinstance(previous, dict) else {}
