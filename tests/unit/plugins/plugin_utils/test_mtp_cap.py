@@ -18,31 +18,12 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     AnsibleFilterError, mtp_tune_candidates, spec_from)
 
-from sglang_sim import config, memory, server_args
-
-MODEL = "Qwen/Qwen3.5-122B-A10B"
+from sim_starts import operator_start
 
 
 def _start(steps, overrides=None, topk=1, draft=None):
     """(plan, journal lines, args) of a start on the operator's node (4 x RTX PRO 6000, tp 4)."""
-    gpu = config.gpus({"profile": "rtx-pro-6000-x4", "gpu_memory_mib": None, "gpu_count": None})[0]
-    model = config.lookup_model(MODEL)[1]
-    argv = ["--model-path", MODEL, "--tp-size", "4", "--kv-cache-dtype", "bf16", "--speculative-algorithm", "NEXTN",
-            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
-            "--speculative-num-draft-tokens", str(draft or steps + 1)]
-    for k, v in sorted((overrides or {}).items()):
-        if k == "enable_linear_replayssm_spec":
-            argv += ["--enable-linear-replayssm-spec"] if v else []
-        else:
-            argv += ["--" + k.replace("_", "-"), str(v)]
-    args, _w = server_args.resolve(server_args.parse(argv), gpu["memory_mib"], model=model)
-    plan = memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(args["cuda_graph_max_bs_decode"], True))
-    half = plan["kv_mib"] / 1024.0 / 2
-    lines = list(plan["warnings"]) + list(plan["mamba_log"]) + [
-        "KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB" % (plan["max_total_num_tokens"], half, half),
-        "max_total_num_tokens=%d, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=%d, "
-        "context_len=262144, available_gpu_mem=1.00 GB" % (plan["max_total_num_tokens"], plan["max_running_requests"])]
-    return plan, lines, args
+    return operator_start(steps, overrides, topk, draft)
 
 
 def _attempt(cand, overrides, level, status=None, failure_class=None, fps=1000.0):

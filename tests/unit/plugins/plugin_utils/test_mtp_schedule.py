@@ -20,7 +20,8 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings impo
     AnsibleFilterError, mtp_tune_candidates, spec_from)
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_winner import mtp_tune_winner
 
-from sglang_sim import adaptive, config, memory, server_args
+from sglang_sim import adaptive
+from sim_starts import operator_start
 
 LEVELS = (1, 4, 8, 16, 32)
 STEPS = [1, 2, 3, 4, 5, 6, 7, 8]
@@ -230,26 +231,9 @@ def test_a_node_fault_ends_the_run(tmp_path):
 
 # --------------------------------------------------------------------------- cap levers
 
-MODEL = "Qwen/Qwen3.5-122B-A10B"
-
-
 def _start(steps, overrides=None):
     """(plan, journal lines) of a start on the operator's node (sim memory model, 4 x RTX PRO 6000)."""
-    gpu = config.gpus({"profile": "rtx-pro-6000-x4", "gpu_memory_mib": None, "gpu_count": None})[0]
-    model = config.lookup_model(MODEL)[1]
-    argv = ["--model-path", MODEL, "--tp-size", "4", "--kv-cache-dtype", "bf16", "--speculative-algorithm", "NEXTN",
-            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
-            "--speculative-num-draft-tokens", str(steps + 1)]
-    for k, v in sorted((overrides or {}).items()):
-        argv += ["--" + k.replace("_", "-"), str(v)]
-    args, _w = server_args.resolve(server_args.parse(argv), gpu["memory_mib"], model=model)
-    plan = memory.plan(gpu, model, args, capture_bs=server_args.capture_batch_sizes(args["cuda_graph_max_bs_decode"], True))
-    half = plan["kv_mib"] / 1024.0 / 2
-    lines = list(plan["warnings"]) + list(plan["mamba_log"]) + [
-        "KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB" % (plan["max_total_num_tokens"], half, half),
-        "max_total_num_tokens=%d, chunked_prefill_size=8192, max_prefill_tokens=16384, max_running_requests=%d, "
-        "context_len=262144, available_gpu_mem=1.00 GB" % (plan["max_total_num_tokens"], plan["max_running_requests"])]
-    return plan, lines
+    return operator_start(steps, overrides)[:2]
 
 
 def _pooled(steps, figs, overrides=None):
