@@ -17,6 +17,7 @@ import json
 import math
 
 from ansible_collections.blackwell.sglang.plugins.module_utils.mtp_report import as_number as _num, level_metrics
+from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     AnsibleFilterError, as_int, candidate_key, cost, spec_from)
 
@@ -389,8 +390,12 @@ def mtp_tune_progress(attempt, attempts, spec=None):
     spec = spec_from(spec)
     cand = attempt.get("candidate") or {}
     head = "steps=%s topk=%s draft=%s" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
-    ov = attempt.get("overrides") or {}
-    if ov:
+    ov = dict(attempt.get("overrides") or {})
+    # a schedule by its slots (1:4 4:2), not its config dict
+    if ov.pop("speculative_adaptive", None):
+        head += " schedule %s" % spec_schedule.label(ov.get("speculative_adaptive_config"))
+    ov.pop("speculative_adaptive_config", None)
+    if any(v is not None for v in ov.values()):
         head += " [%s]" % ", ".join("%s=%s" % (k, v) for k, v in sorted(ov.items()) if v is not None)
     if attempt.get("status") == "ok":
         parts = []
