@@ -93,8 +93,8 @@ done
 # Most of a scenario's time is the simulated server's waits, not CPU, so two lanes overlap well on
 # two cores; a third loads the simulated servers enough to move the figures the scenarios check.
 # Longest scenarios first (seconds of a fresh-clone run on a 2-core machine), spread greedily.
-declare -A scenario_weight=([sequences]=790 [rollout]=655 [pool]=600 [resume]=590 [realpkg]=420 [levers]=350
-                            [tune]=320 [schedule]=350 [production]=255 [service]=245 [default]=40)
+declare -A scenario_weight=([sequences]=916 [pool]=652 [rollout]=599 [resume]=530 [realpkg]=367 [levers]=346
+                            [schedule]=346 [tune]=322 [production]=259 [service]=255 [default]=34)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
   local lane=$1; shift
   local sc s
