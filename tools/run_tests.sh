@@ -92,7 +92,8 @@ done
 # beside the first), so two lanes never touch the same container.
 # Most of a scenario's time is the simulated server's waits, not CPU, so two lanes overlap well on
 # two cores; a third loads the simulated servers enough to move the figures the scenarios check.
-# Longest scenarios first (seconds of a fresh-clone run on a 2-core machine), spread greedily.
+# Each scenario's seconds in a fresh-clone run on a 2-core machine; the lanes take the split whose
+# longest lane is shortest (below).
 declare -A scenario_weight=([sequences]=916 [pool]=652 [rollout]=599 [resume]=530 [realpkg]=367 [levers]=346
                             [schedule]=346 [tune]=322 [production]=259 [service]=255 [default]=34)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
