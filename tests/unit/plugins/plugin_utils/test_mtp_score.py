@@ -254,12 +254,11 @@ def test_progress_line_names_candidate_outcome_and_best_so_far():
 def test_progress_line_names_a_schedule_by_its_slots():
     cand = mtp_tune_candidates([4])[0]
     conf = {"1": {"candidate_steps": [4]}, "4": {"candidate_steps": [2]}}
-    tuned = launch({"candidate": cand, "overrides": {"speculative_adaptive": True, "speculative_adaptive_config": conf,
-                                                      "mamba_full_memory_ratio": 2.0}, "fit_rung": None})
+    overrides = {"speculative_adaptive": True, "speculative_adaptive_config": conf, "mamba_full_memory_ratio": 2.0}
+    tuned = launch({"candidate": cand, "overrides": overrides, "fit_rung": None})
     line = mtp_tune_progress(tuned, [tuned], {"objective": "latency"})
     assert line.startswith("steps=4 topk=1 draft=5 schedule 1:4 4:2 [mamba_full_memory_ratio=2.0]: ok"), line
     assert "candidate_steps" not in line
     dflt = launch({"candidate": cand, "overrides": {"speculative_adaptive": True, "speculative_adaptive_config": None},
                    "fit_rung": None})
     assert mtp_tune_progress(dflt, [dflt], {"objective": "latency"}).startswith("steps=4 topk=1 draft=5 schedule SGLang's default: ok")
-
