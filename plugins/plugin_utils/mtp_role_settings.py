@@ -26,16 +26,21 @@ FIT_KEYS = ("cuda_graph_max_bs", "max_running_requests", "bs_floor", "mrr_floor"
             "levers", "allow_capped", "radix_cache")
 
 
+def _called_with(func, settings, keys, filter_name, var):
+    """``func(**settings)`` after checking ``settings`` is the role's mapping ``var`` with only
+    ``keys`` (one left out takes func's default); the filter ``filter_name`` names both in an error."""
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError("%s: expected the mapping %s, got %r" % (filter_name, var, settings))
+    unknown = sorted(set(settings) - set(keys))
+    if unknown:
+        raise AnsibleFilterError("%s: %s has %s, not among %s" % (filter_name, var, ", ".join(unknown), ", ".join(keys)))
+    return func(**settings)
+
+
 def mtp_tune_fit_plan(settings):
     """mtp_tune_fit_ladder's plan from one mapping of its arguments (FIT_KEYS; one left out takes
     mtp_tune_fit_ladder's default), the filter mtp_tune_fit_ladder."""
-    if not isinstance(settings, dict):
-        raise AnsibleFilterError("mtp_tune_fit_ladder: expected the mapping _mtp_tune_fit_settings, got %r" % (settings,))
-    unknown = sorted(set(settings) - set(FIT_KEYS))
-    if unknown:
-        raise AnsibleFilterError("mtp_tune_fit_ladder: _mtp_tune_fit_settings has %s, not among %s"
-                                 % (", ".join(unknown), ", ".join(FIT_KEYS)))
-    return mtp_tune_fit_ladder(**settings)
+    return _called_with(mtp_tune_fit_ladder, settings, FIT_KEYS, "mtp_tune_fit_ladder", "_mtp_tune_fit_settings")
 
 
 # The keys of the workload settings (roles/mtp_tune/vars/main.yml _mtp_tune_workload_settings), the
@@ -46,13 +51,7 @@ WORKLOAD_KEYS = ("bench", "model", "release", "tp", "dataset_sha256", "levels")
 def mtp_tune_workload(settings):
     """mtp_tune_fingerprint from one mapping of its arguments (WORKLOAD_KEYS; one left out is
     None), the filter mtp_tune_fingerprint."""
-    if not isinstance(settings, dict):
-        raise AnsibleFilterError("mtp_tune_fingerprint: expected the mapping _mtp_tune_workload_settings, got %r" % (settings,))
-    unknown = sorted(set(settings) - set(WORKLOAD_KEYS))
-    if unknown:
-        raise AnsibleFilterError("mtp_tune_fingerprint: _mtp_tune_workload_settings has %s, not among %s"
-                                 % (", ".join(unknown), ", ".join(WORKLOAD_KEYS)))
-    return mtp_tune_fingerprint(**settings)
+    return _called_with(mtp_tune_fingerprint, settings, WORKLOAD_KEYS, "mtp_tune_fingerprint", "_mtp_tune_workload_settings")
 
 
 def mtp_tune_winner_line(winner):
@@ -62,11 +61,8 @@ def mtp_tune_winner_line(winner):
     if not winner:
         return "none"
     cand = winner.get("candidate") or {}
-    overrides = dict((k, v) for k, v in (winner.get("overrides") or {}).items() if v)
-    schedule = None
-    if overrides.get("speculative_adaptive"):
-        schedule = spec_schedule.label(overrides.pop("speculative_adaptive_config", None))
-        overrides.pop("speculative_adaptive")
+    schedule, rest = spec_schedule.split_overrides(winner.get("overrides"))
+    overrides = dict((k, v) for k, v in rest.items() if v)
     head = "steps=%s topk=%s draft=%s" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
     if schedule is not None:
         head += " schedule %s" % schedule

@@ -390,11 +390,9 @@ def mtp_tune_progress(attempt, attempts, spec=None):
     spec = spec_from(spec)
     cand = attempt.get("candidate") or {}
     head = "steps=%s topk=%s draft=%s" % (cand.get("steps"), cand.get("topk"), cand.get("draft_tokens"))
-    ov = dict(attempt.get("overrides") or {})
-    # a schedule by its slots (1:4 4:2), not its config dict
-    if ov.pop("speculative_adaptive", None):
-        head += " schedule %s" % spec_schedule.label(ov.get("speculative_adaptive_config"))
-    ov.pop("speculative_adaptive_config", None)
+    schedule, ov = spec_schedule.split_overrides(attempt.get("overrides"))
+    if schedule is not None:
+        head += " schedule %s" % schedule
     if any(v is not None for v in ov.values()):
         head += " [%s]" % ", ".join("%s=%s" % (k, v) for k, v in sorted(ov.items()) if v is not None)
     if attempt.get("status") == "ok":

@@ -213,3 +213,13 @@ def label(config):
     if not isinstance(canon, dict) or problems(canon):
         return "invalid schedule"
     return " ".join("%s:%s" % (k, "/".join(str(s) for s in v["candidate_steps"])) for k, v in canon.items())
+
+
+def split_overrides(overrides):
+    """(the schedule's label, or None when the overrides serve no schedule; the other overrides):
+    a launch or winner named by its slots (``1:4 4:2``), not by its config dict."""
+    rest = dict(overrides or {})
+    on = rest.pop("speculative_adaptive", None)
+    config = rest.pop("speculative_adaptive_config", None)
+    return (label(config) if on else None), rest
+
