@@ -32,7 +32,7 @@ from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_cap import le
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_node import mtp_tune_node_fault
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_score import (
     mtp_tune_node_noise, mtp_tune_pick_best, mtp_tune_rank, tie_band, under_node_noise)
-from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import tune_next
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import labelled, tune_next
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_settings import (
     CAP_LEVERS, AnsibleFilterError, candidate_key, cost, spec_from)
 
@@ -438,10 +438,7 @@ def single_lift(attempts, spec):
     lev = levers_of(got["overrides"])
     if not lev or any(a["key"] == row["key"] and levers_of(a.get("overrides")) == lev for a in static):
         return None
-    cand = got["candidate"]
-    ov = ", ".join("%s=%s" % (k, v) for k, v in sorted(got["overrides"].items()) if v is not None)
-    got["label"] = "steps=%s topk=%s draft=%s [%s] (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"], ov, got["reason"])
-    return got
+    return labelled(got)
 
 
 def _schedule_figures(attempts, spec, lspec, kind):

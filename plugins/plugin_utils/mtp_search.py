@@ -602,7 +602,8 @@ def fit_can_win(cand, states, candidates, spec, best):
     return can_win(ub, cand, best, band)
 
 
-def _labelled(nxt):
+def labelled(nxt):
+    """``nxt`` (a launch) with its progress label: the chain, the overrides given, the reason."""
     cand = nxt["candidate"]
     ov = ", ".join("%s=%s" % (k, v) for k, v in sorted((nxt["overrides"] or {}).items()) if v is not None)
     nxt["label"] = "steps=%s topk=%s draft=%s%s (%s)" % (cand["steps"], cand["topk"], cand["draft_tokens"],
@@ -725,7 +726,7 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
     # refused) is launched again with the lever the pool model says holds the load.
     lift = lift_relaunch(attempts, spec)
     if lift:
-        return _labelled(lift)
+        return labelled(lift)
     # A pending fit launch finishes before anything else starts: its answer matters to the search,
     # unless the candidate cannot win at its best fitting value (fit_can_win).
     # (A pool's round may end with several failures: each one's fit is due, the latest first.)
@@ -736,7 +737,7 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
         st = states.get(key)
         if st and st["pending"] is not None and key in by_key and fit_can_win(by_key[key], states, candidates, spec, best):
             f = st["fit"]
-            return _labelled({"candidate": by_key[key], "overrides": st["pending"], "fit_rung": len(st["attempts"]),
+            return labelled({"candidate": by_key[key], "overrides": st["pending"], "fit_rung": len(st["attempts"]),
                               "reason": "fit %s=%s (starts at %s, fails at %s) after %s" % (
                                   f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
                                   st["attempts"][0].get("failure_class"))})
@@ -744,15 +745,15 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
             break
     relaunch = _noise_relaunch(attempts, spec.noise_launches)
     if relaunch:
-        return _labelled(relaunch)
+        return labelled(relaunch)
     if spec.strategy == "sweep":
         for cand in candidates:
             # a cheaper draft of its topk failed for good on memory: it would only fail again
             if cand["key"] not in states and not cannot_fit(cand, states, classes):
-                return _labelled(lifted({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"},
+                return labelled(lifted({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"},
                                         attempts, spec))
         nxt = _remeasure(attempts, best, spec.remeasure_launches)
-        return _labelled(nxt) if nxt else None
+        return labelled(nxt) if nxt else None
     lanes = {}
     for cand in candidates:
         lanes.setdefault(cand["topk"], []).append(cand)
@@ -768,9 +769,9 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
                 states[cand["key"]] = {"attempts": [{"candidate": cand, "status": "skipped"}], "ok": None,
                                        "pending": None, "done": True, "fit": None}
                 continue
-            return _labelled(lifted({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason}, attempts, spec))
+            return labelled(lifted({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": reason}, attempts, spec))
     nxt = _remeasure(attempts, best, spec.remeasure_launches)
-    return _labelled(nxt) if nxt else None
+    return labelled(nxt) if nxt else None
 
 
 def mtp_tune_cut_short(attempts, candidates, fit_ladder=None, spec=None):
@@ -871,7 +872,7 @@ def mtp_tune_complete(attempts, spec=None):
         if _measured_at(same, row["key"], row["overrides"], want):
             continue
         role = "the winner" if row is best["winner"] else "tied with the winner"
-        nxt = _labelled({"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
+        nxt = labelled({"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
                          "reason": "%sC=%s: %s, %s, measured at every level for the report" % (
                              COMPLETE_REASON, ",".join(str(c) for c in want), row["key"], role)})
         nxt["levels"] = want
