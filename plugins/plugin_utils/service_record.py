@@ -27,6 +27,7 @@ import base64
 import json
 import re
 
+from ansible_collections.blackwell.sglang.plugins.module_utils import sglang_api_key
 from ansible_collections.blackwell.sglang.plugins.plugin_utils import spec_schedule
 from ansible_collections.blackwell.sglang.plugins.plugin_utils.service_args import (
     ADAPTIVE_KEYS, LEVER_KEYS, SPEC_KEYS, AnsibleFilterError, _adaptive_on, _levers, normalize,
@@ -196,18 +197,12 @@ def sglang_service_node_key(text, kind="config"):
         return ""
     if kind != "config":
         raise AnsibleFilterError("sglang_service_node_key: kind must be config or env, got %r" % (kind,))
+    # the same reading as the modules' on the node (api_key_file); a hand-edited file that is not
+    # YAML: say so, never echo its text
     try:
-        import yaml
-        data = yaml.safe_load(text) if text.strip() else {}
-    except Exception as exc:  # a hand-edited file: say which, never echo its text
-        raise AnsibleFilterError("sglang_service_node_key: the --config file is not valid YAML (%s)"
-                                 % type(exc).__name__)
-    if not isinstance(data, dict):
-        return ""
-    for key in ("api-key", "api_key"):
-        if data.get(key) not in (None, ""):
-            return str(data[key])
-    return ""
+        return sglang_api_key.key_from_text(text)
+    except sglang_api_key.ApiKeyFileError as exc:
+        raise AnsibleFilterError("sglang_service_node_key: the --config file is %s" % exc)
 
 
 def _b64_text(content):
