@@ -738,9 +738,9 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
         if st and st["pending"] is not None and key in by_key and fit_can_win(by_key[key], states, candidates, spec, best):
             f = st["fit"]
             return labelled({"candidate": by_key[key], "overrides": st["pending"], "fit_rung": len(st["attempts"]),
-                              "reason": "fit %s=%s (starts at %s, fails at %s) after %s" % (
-                                  f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
-                                  st["attempts"][0].get("failure_class"))})
+                             "reason": "fit %s=%s (starts at %s, fails at %s) after %s" % (
+                                 f["lever"], st["pending"][f["lever"]], "-" if f["ok"] is None else f["ok"], f["fail"],
+                                 st["attempts"][0].get("failure_class"))})
         if not pooled:
             break
     relaunch = _noise_relaunch(attempts, spec.noise_launches)
@@ -751,7 +751,7 @@ def tune_next(attempts, candidates, fit_ladder=None, spec=None, pooled=False):
             # a cheaper draft of its topk failed for good on memory: it would only fail again
             if cand["key"] not in states and not cannot_fit(cand, states, classes):
                 return labelled(lifted({"candidate": cand, "overrides": {}, "fit_rung": None, "reason": "sweep"},
-                                        attempts, spec))
+                                       attempts, spec))
         nxt = _remeasure(attempts, best, spec.remeasure_launches)
         return labelled(nxt) if nxt else None
     lanes = {}
@@ -873,8 +873,8 @@ def mtp_tune_complete(attempts, spec=None):
             continue
         role = "the winner" if row is best["winner"] else "tied with the winner"
         nxt = labelled({"candidate": row["candidate"], "overrides": row["overrides"] or {}, "fit_rung": None,
-                         "reason": "%sC=%s: %s, %s, measured at every level for the report" % (
-                             COMPLETE_REASON, ",".join(str(c) for c in want), row["key"], role)})
+                        "reason": "%sC=%s: %s, %s, measured at every level for the report" % (
+                            COMPLETE_REASON, ",".join(str(c) for c in want), row["key"], role)})
         nxt["levels"] = want
         return nxt
     return None

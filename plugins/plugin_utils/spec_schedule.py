@@ -222,4 +222,3 @@ def split_overrides(overrides):
     on = rest.pop("speculative_adaptive", None)
     config = rest.pop("speculative_adaptive_config", None)
     return (label(config) if on else None), rest
-
