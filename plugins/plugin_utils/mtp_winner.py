@@ -115,7 +115,12 @@ def mtp_tune_model_check(attempts, candidates, spec=None):
             if not judged or len(series["xs"]) < 2:
                 continue
             depths = ", ".join(str(x + 1) for x in series["xs"])
-            if not series["mono"]:
+            if series.get("queue_bound"):
+                capped = ", ".join("%d (cap %d)" % (x + 1, lane.caps[x]) for x in series["xs"]
+                                   if x in lane.caps and lane.caps[x] < c)
+                broken.append("topk %s at C=%s: draft tokens %s ran capped below the load, each depth its own batch; "
+                              "no bound is used there" % (topk, c, capped))
+            elif not series["mono"]:
                 broken.append("topk %s at C=%s: a verify round got faster with more draft tokens (draft tokens %s); "
                               "no bound is used there" % (topk, c, depths))
             elif not series["convex"] and len(series["xs"]) >= 3:

@@ -88,13 +88,28 @@ def test_target_weights_are_the_builders_parameter_bytes():
         assert rec["mem"]["target"]["weights_gb"] == pytest.approx(expect_gib, rel=0.03), label
 
 
-# The accept length pinned by SGLANG_SIMULATE_ACC_LEN (match-expected): each round accepts the
-# floor or the ceiling of the target, so a run's mean lands within a few % of it (1-4 % seen on
-# the H100 before this folder had fixtures).
-ACCEPT_TOL = 0.05
-# Relaunch noise of a GPU-bound round, stated before the fixtures: 0.5-2.6 % at C=1 and 2.4-4 %
-# at C=16 on the H100 (the issue's launches). Two launches of one point must agree within this.
-RELAUNCH_NOISE_PCT = 5.0
+# The accept length pinned by SGLANG_SIMULATE_ACC_LEN (match-expected): spec_utils.py
+# _sample_simulated_acc_len draws floor or ceiling of the target once per verify round, with
+# P(ceiling) = its fraction, for the whole batch. A level's mean accept length is then a mean of
+# about output tokens / (accept x batch) draws: its spread is the Bernoulli's over that many.
+# Four of those spreads, plus the first token (the prefill's, in no round) of each request.
+ACCEPT_SIGMAS = 4.0
+
+
+def accept_tolerance(pinned, level, cap, output_len=96):
+    q = pinned - int(pinned)
+    batch = max(1, min(level["concurrency"], cap or level["concurrency"]))
+    draws = max(1.0, level["total_output_tokens"] / (pinned * batch))
+    return ACCEPT_SIGMAS * (q * (1 - q) / draws) ** 0.5 + pinned / output_len
+
+
+def test_accept_tolerance_follows_the_draws():
+    one = {"concurrency": 1, "total_output_tokens": 384}
+    wide = {"concurrency": 16, "total_output_tokens": 1536}
+    # a batch of 14 shares its draws: 45 of them, against 157 one request at a time
+    assert accept_tolerance(2.44, wide, 14) > 1.5 * accept_tolerance(2.44, one, 14)
+    # an integer target is drawn exactly: only the prefill's token is left
+    assert accept_tolerance(3.0, one, 14) == pytest.approx(3.0 / 96)
 
 
 def test_accept_length_is_the_pinned_one_at_every_depth_and_level():
@@ -103,7 +118,13 @@ def test_accept_length_is_the_pinned_one_at_every_depth_and_level():
         if not pinned or not rec["bench"]:
             continue
         for lv in rec["bench"]["levels"]:
-            assert lv["accept_length"] == pytest.approx(pinned, rel=ACCEPT_TOL), (label, lv["concurrency"])
+            tol = accept_tolerance(pinned, lv, rec["mem"].get("max_running_requests"))
+            assert abs(lv["accept_length"] - pinned) <= tol, (label, lv["concurrency"], tol)
+
+
+# Relaunch noise of a GPU-bound round, stated before the fixtures: 0.5-2.6 % at C=1 and 2.4-4 %
+# at C=16 on the H100 (the issue's launches). Two launches of one point must agree within this.
+RELAUNCH_NOISE_PCT = 5.0
 
 
 def test_relaunches_agree_within_the_stated_noise():
@@ -195,32 +216,81 @@ def test_sim_boundary_brackets_the_flip_and_rises_with_depth(total_mib):
     assert found == sorted(found), found
 
 
+# What the printed figures leave open, in GB: free memory after the weights and the K and V sizes
+# (0.01 each), the slack's share of free memory before them, and what the pool's profile may see
+# below the printed free memory (hybrid_report.UNLOGGED_BELOW_GB). Twice that.
+KV_GB_TOL = 2 * (0.005 + 0.01 + hybrid_report.LOG_BUDGET_ROUNDING_GB + hybrid_report.UNLOGGED_BELOW_GB)
+
+
+def _resolution(real):
+    # 3 slots per request is no_buffer's ratio, 5 extra_buffer's (0.5.23's resolution)
+    return {3: "no_buffer", 5: "0.5.23"}.get(real["slots_per_request"])
+
+
+def _kv_on_the_sims_budget(label, rec, sim_budget_gib):
+    """The real start's KV tokens had it been given the sim's pool budget: the sim charges the
+    weights at their parameter bytes, the real start ~0.17 GiB more, and that comes out of KV."""
+    t = rec["mem"]["target"]
+    cell = t["kv_gb"] / t["kv_tokens"]
+    return t["kv_tokens"] + (sim_budget_gib - hybrid_report.real_pool_budget_gb(rec["mem"])) / cell, cell
+
+
 def test_real_pools_are_the_sims_plan_for_the_resolution_the_start_made():
-    cmp_ = hybrid_report.sim_compare(served(), CONFIG)
+    cmp_ = hybrid_report.sim_compare(entries(), CONFIG)
     checked = 0
     for label, c in cmp_.items():
         real = c["real"]
-        # 3 slots per request is no_buffer's ratio, 5 extra_buffer's (0.5.23's resolution)
-        variant = {3: "no_buffer", 5: "0.5.23"}.get(real["slots_per_request"])
-        if variant is None:
+        variant = _resolution(real)
+        if variant is None or not real["ready"]:
             continue
         sim = c["sim"][variant]
         assert "error" not in sim, (label, sim)
-        # KV tokens as 0.5.17 sizes them: no MTP layer in the cell when the draft has no path
-        # (hybrid_report.kv_tokens_0517; the sim's own figure, 0.5.23's, is held below)
-        assert hybrid_report.memory_check.rel_diff(real["kv_tokens"], sim["kv_tokens_0517"]) == pytest.approx(0, abs=KV_TOL), label
+        # the issue's bounds: slots and KV tokens within 5 %
         assert hybrid_report.memory_check.rel_diff(real["slots"], sim["slots"]) == pytest.approx(0, abs=SLOT_TOL), label
-        assert abs(real["cap"] - sim["cap"]) <= max(1, SLOT_TOL * real["cap"]), label
+        assert hybrid_report.memory_check.rel_diff(real["kv_tokens"], sim["kv_tokens_0517"]) == pytest.approx(0, abs=2 * KV_TOL), label
+        # Slots: the release's joint solve on the real start's own budget lands where the real one
+        # did. Where the sim's plan has a slot more (its budget is the real one's + 0.19 GB, the
+        # weights' extra bytes), that is the solve's rounding, not another solve.
+        lo, hi = sim["slots_on_real_budget"]
+        assert lo <= real["slots"] <= hi, (label, real["slots"], (lo, hi))
+        assert real["slots"] == sim["slots"] or hi - lo <= 1, label
+        # With the real slot count, the cap and the intermediate state are the sim's exactly ...
+        at = sim["at_real_slots"]
+        assert real["cap"] == at["cap"], label
+        assert real["intermediate_gib"] == pytest.approx(at["intermediate_gib"], abs=0.015), label
+        # ... and the KV pool is 0.5.17's rule on the sim's budget to the printed figures' rounding
+        plan = hybrid_report.sim_plan(entries()[label], CONFIG, hybrid_report.gpu_total_mib(entries()),
+                                      dict(hybrid_report.SIM_VARIANTS)[variant],
+                                      () if real["slots"] == sim["slots"] else
+                                      ("--max-mamba-cache-size", str(real["slots"])))
+        kv, cell = _kv_on_the_sims_budget(label, entries()[label], plan["pool_budget_mib"] / 1024.0)
+        assert abs(kv - at["kv_tokens_0517"]) * cell <= KV_GB_TOL, (label, kv, at["kv_tokens_0517"])
         checked += 1
     if not checked:
         pytest.skip("no served start logged its state slots per request (the capped warning)")
 
 
+def test_a_pool_budget_a_slot_away_is_told_from_a_different_solve():
+    # a real start with the sim's slot count minus 3 is outside what its own budget solves to
+    label = "hyb_experts32_s3"
+    if label not in entries():
+        pytest.skip("no depth-3 start captured")
+    rec = entries()[label]
+    lo, hi = hybrid_report.slots_on_real_budget(rec, CONFIG, hybrid_report.gpu_total_mib(entries()),
+                                                dict(hybrid_report.SIM_VARIANTS)["no_buffer"])
+    assert not lo <= rec["mem"]["mamba"][0]["slots"] - 3 <= hi
+    # and a budget 0.2 GB higher (the sim's) solves to the sim's slot count
+    plan = hybrid_report.sim_plan(rec, CONFIG, hybrid_report.gpu_total_mib(entries()),
+                                  dict(hybrid_report.SIM_VARIANTS)["no_buffer"])
+    assert hybrid_report.memory_check.state_pool_size(
+        hybrid_report.sim_args(rec), CONFIG, plan["pool_budget_mib"] / 1024.0, hybrid_report.gpu_total_mib(entries()),
+        hybrid_report._sim_argv(rec, dict(hybrid_report.SIM_VARIANTS)["no_buffer"])) == plan["max_mamba_cache_size"]
+
+
 def test_path_less_mtp_head_is_outside_0_5_17s_kv_budget_and_inside_the_sims():
     # 0.5.17 sizes the target's KV cell without the MTP layer when NEXTN has no draft path
     # (spec_aux_hidden_state.py _resolve_eagle_aux_hidden_state); the sim, following 0.5.23,
-    # charges it. Real/sim is then (Lt + Ld) / Lt, 13/12 here, beside the weights' few per mille.
-    # Which rule the real start followed is told apart only if the two differ by more than KV_TOL.
+    # charges it. On one budget and one slot count, real/sim is then (Lt + Ld) / Lt, 13/12 here.
     cfg_layers = CONFIG["layer_types"].count("full_attention")
     mtp_layers = CONFIG["mtp_num_hidden_layers"]
     cmp_ = hybrid_report.sim_compare(served(), CONFIG)
@@ -229,8 +299,13 @@ def test_path_less_mtp_head_is_outside_0_5_17s_kv_budget_and_inside_the_sims():
         real, sim = c["real"], c["sim"]["no_buffer"]
         if not c["meta"]["depth"] or real["draft_path"] or "error" in sim:
             continue
-        ratio = real["kv_tokens"] / float(sim["kv_tokens"])
-        assert ratio == pytest.approx((cfg_layers + mtp_layers) / float(cfg_layers), abs=KV_TOL), label
+        plan = hybrid_report.sim_plan(entries()[label], CONFIG, hybrid_report.gpu_total_mib(entries()),
+                                      dict(hybrid_report.SIM_VARIANTS)["no_buffer"],
+                                      () if real["slots"] == sim["slots"] else
+                                      ("--max-mamba-cache-size", str(real["slots"])))
+        kv, _cell = _kv_on_the_sims_budget(label, entries()[label], plan["pool_budget_mib"] / 1024.0)
+        ratio = kv / float(sim["at_real_slots"]["kv_tokens"])
+        assert ratio == pytest.approx((cfg_layers + mtp_layers) / float(cfg_layers), rel=0.003), label
         assert abs(hybrid_report.memory_check.rel_diff(real["kv_tokens"], sim["kv_tokens"])) > KV_TOL, label
         # the draft worker's own pool: as many tokens, its one layer's bytes, allocated after the
         # target's pool left the budget's slack (pool end avail falls by its size)

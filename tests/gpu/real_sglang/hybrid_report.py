@@ -248,17 +248,52 @@ def sim_args(rec):
     return args
 
 
-def sim_plan(rec, hf_config, total_mib, variant_argv=()):
-    """memory_check.sim_plan (model_from_hf_config + memory.plan) for one real start: the same
-    config, depth, fraction and levers, on a card of the real one's size."""
+def _sim_argv(rec, variant_argv):
     argv = list(variant_argv)
     own = levers(rec["mem"].get("launch_argv") or [])
     if "--mamba-radix-cache-strategy" in own:
         argv = []
+    return argv + own
+
+
+def sim_plan(rec, hf_config, total_mib, variant_argv=(), more_argv=()):
+    """memory_check.sim_plan (model_from_hf_config + memory.plan) for one real start: the same
+    config, depth, fraction and levers, on a card of the real one's size."""
     try:
-        return memory_check.sim_plan(sim_args(rec), hf_config, None, total_mib, argv + own)
+        return memory_check.sim_plan(sim_args(rec), hf_config, None, total_mib,
+                                     _sim_argv(rec, variant_argv) + list(more_argv))
     except memory_check.server_args.ArgsError as exc:
         return {"error": "bad_args", "message": "%s: %s" % (exc.exc_type, exc)}
+
+
+# The budget a real start's log shows is good to its rounding: two GB figures printed to 0.01
+# (free memory after the weights, and before them times the slack's 1 - fraction), so +-0.0056 GB.
+LOG_BUDGET_ROUNDING_GB = 0.0056
+# Below the printed budget, what the pool's profile may see less: the log prints free memory
+# when the MTP head's weights end, and the profile reads it later. At depth 3 of the H100 starts
+# the real slot count needs at least 1.7 MiB of it (README "Real against the sim").
+UNLOGGED_BELOW_GB = 0.008
+
+
+def real_pool_budget_gb(mem):
+    """kv_cache_configurator.py _profile_available_bytes on the real start's own log: free memory
+    once every weight is loaded less the slack (free memory before the weights x (1 - fraction))."""
+    t = mem.get("target", {})
+    avail = mem.get("avail_before_kv_gb")
+    if avail is None or t.get("load_begin_avail_gb") is None or mem.get("mem_fraction") is None:
+        return None
+    return avail - t["load_begin_avail_gb"] * (1 - mem["mem_fraction"])
+
+
+def slots_on_real_budget(rec, hf_config, total_mib, variant_argv=()):
+    """(fewest, most) state slots the release's solve gives over the budget the real start's log
+    allows (real_pool_budget_gb, less UNLOGGED_BELOW_GB and the rounding, plus the rounding)."""
+    budget = real_pool_budget_gb(rec["mem"])
+    if budget is None:
+        return None
+    argv = _sim_argv(rec, variant_argv)
+    return tuple(memory_check.state_pool_size(sim_args(rec), hf_config, b, total_mib, argv)
+                 for b in (budget - LOG_BUDGET_ROUNDING_GB - UNLOGGED_BELOW_GB, budget + LOG_BUDGET_ROUNDING_GB))
 
 
 def _journal():
@@ -318,7 +353,19 @@ def sim_compare(entries, hf_config, total_mib=None):
                                                + p.get("mamba_conv_window_mib", 0.0)) / 1024.0,
                           "kv_tokens": p["max_total_num_tokens"], "cap": p["max_running_requests"],
                           "kv_tokens_0517": kv_tokens_0517(p, hf_config) if pathless else p["max_total_num_tokens"],
-                          "slots_per_request": memory_check.memory.mamba_ratio(_strategy_of(argv, rec))}
+                          "slots_per_request": memory_check.memory.mamba_ratio(_strategy_of(argv, rec)),
+                          "slots_on_real_budget": slots_on_real_budget(rec, hf_config, total_mib, argv)}
+            # the same plan with the real start's slot count: what the rest of the pools become
+            # when the solve lands where the real one did
+            same = p
+            if real["slots"] is not None and real["slots"] != p["max_mamba_cache_size"]:
+                same = sim_plan(rec, hf_config, total_mib, argv, ("--max-mamba-cache-size", str(real["slots"])))
+            if "error" not in same:
+                sims[name]["at_real_slots"] = {
+                    "cap": same["max_running_requests"], "kv_tokens": same["max_total_num_tokens"],
+                    "kv_tokens_0517": kv_tokens_0517(same, hf_config) if pathless else same["max_total_num_tokens"],
+                    "intermediate_gib": (same.get("mamba_intermediate_ssm_mib", 0.0)
+                                         + same.get("mamba_conv_window_mib", 0.0)) / 1024.0}
         out[label] = {"meta": rec["meta"], "real": real, "sim": sims}
     return out
 

@@ -363,6 +363,29 @@ def sim_plan(args, target_hf, draft_hf=None, gpu_memory_mib=GPU_MEMORY_MIB, extr
     return p
 
 
+
+def state_pool_size(args, target_hf, pool_budget_gb, gpu_memory_mib=GPU_MEMORY_MIB, extra_argv=()):
+    """The state pool's slot count (max_mamba_cache_size) that the release's joint solve gives for
+    a pool budget of ``pool_budget_gb``: free memory after the weights less the static slack, the
+    figure kv_cache_configurator.py ``_profile_available_bytes`` hands to
+    ``_handle_max_mamba_cache`` (the sim's copy, memory._handle_max_mamba_cache). A real start's
+    own logged budget fed here says whether a slot the sim's plan gains or loses is the solve's
+    rounding of a budget that differs, or a different solve."""
+    gpu = config.gpus({"profile": SIM_PROFILE, "gpu_memory_mib": gpu_memory_mib, "gpu_count": 1})[0]
+    model = config.model_from_hf_config(target_hf)
+    resolved, _warnings = server_args.resolve(server_args.parse(sim_argv(args) + list(extra_argv)),
+                                              gpu["memory_mib"], model=model)
+    conv, ssm = memory.mamba_cache_per_req(model, resolved["tp_size"], resolved.get("mamba_ssm_dtype"))
+    p = {}
+    try:
+        memory._handle_max_mamba_cache(  # pylint: disable=protected-access
+            p, resolved, model, pool_budget_gb, conv + ssm, resolved.get("speculative_algorithm") is not None,
+            resolved.get("speculative_num_draft_tokens") or 1, resolved.get("max_running_requests"))
+    except memory.OOMError:
+        pass
+    return p.get("max_mamba_cache_size")
+
+
 # --------------------------------------------------------------------------- comparison
 
 def _gb(mib):

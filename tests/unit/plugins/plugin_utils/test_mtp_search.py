@@ -537,3 +537,64 @@ def test_a_tree_is_bounded_by_the_chain_and_by_smaller_drafts():
     assert narrower_bound(by["s4-k2-d8"], states, {"objective": "slo", "slo_min_tps": 10}) == float("inf")
     # before any launch there is no bound
     assert narrower_bound(by["s4-k2-d8"], {}, spec) == float("inf")
+
+
+# The real H100 hybrid at C=16 (tests/fixtures/real-sglang/hybrid, SGLang 0.5.17, accept length
+# pinned at p = 0.8): aggregate tok/s and the state pool's running-request cap per depth. The cap
+# falls with depth, so each depth above 1 ran its own smaller batch: not single-peaked.
+REAL_C16 = {1: (878.0, 17, 1.78), 2: (676.6, 14, 2.58), 3: (699.5, 11, 2.91), 4: (769.9, 10, 3.31),
+            5: (710.2, 9, 3.63), 6: (751.1, 8, 3.92), 8: (552.7, 6, 4.29), 12: (390.3, 4, 4.68)}
+
+
+def _capped_tune(read_caps):
+    steps = sorted(REAL_C16)
+    cands = mtp_tune_candidates(steps)
+    spec = {"strategy": "adaptive", "objective": "throughput", "level": 16, "noise": 0.03, "seed": 3}
+    atts = []
+    while True:
+        nxt = mtp_tune_next(atts, cands, None, spec)
+        if nxt is None:
+            break
+        k = nxt["candidate"]["steps"]
+        agg, cap, tau = REAL_C16[k]
+        att = dict(_att(k, {"16": {"output_throughput": agg, "decode_tps_per_request": {"mean": agg / min(16, cap)},
+                                   "accept_length": tau, "failed": 0}}), reason=nxt["reason"])
+        if read_caps:
+            att["running_cap"] = cap
+        atts.append(att)
+    return atts, mtp_tune_pick_best(atts, spec)
+
+
+def test_a_launch_capped_below_the_judged_load_leaves_nothing_to_the_model():
+    atts, best = _capped_tune(read_caps=True)
+    assert best["winner"]["candidate"]["steps"] == 1
+    assert sorted(a["candidate"]["steps"] for a in atts) == sorted(REAL_C16)
+    assert any("ran capped below the judged load" in a["reason"] for a in atts)
+    check = mtp_tune_model_check(atts, mtp_tune_candidates(sorted(REAL_C16)),
+                                 {"objective": "throughput", "level": 16, "noise": 0.03})
+    assert not check["holds"] and any("ran capped below the load" in b for b in check["broken"])
+
+
+def test_without_the_caps_the_same_landscape_ends_on_a_local_peak():
+    # what the search did before it read running_cap: the climb around depth 4 looked finished
+    atts, best = _capped_tune(read_caps=False)
+    assert best["winner"]["candidate"]["steps"] != 1
+    assert len(atts) < len(REAL_C16)
+
+
+def test_caps_at_or_above_the_judged_load_keep_the_model():
+    # the same launches at C=1 (every cap holds one request): the bounds stay in use
+    steps = sorted(REAL_C16)
+    cands = mtp_tune_candidates(steps)
+    spec = {"strategy": "adaptive", "objective": "latency", "level": 1, "noise": 0.03, "seed": 3}
+    atts = []
+    while True:
+        nxt = mtp_tune_next(atts, cands, None, spec)
+        if nxt is None:
+            break
+        k = nxt["candidate"]["steps"]
+        tau = REAL_C16[k][2]
+        atts.append(dict(_att(k, {"1": {"decode_tps_per_request": {"mean": 1000 * tau / (10.0 + 1.2 * k)},
+                                        "accept_length": tau, "failed": 0}}), running_cap=REAL_C16[k][1]))
+    assert len(atts) < len(steps)
+    assert not any("ran capped" in (a.get("reason") or "") for a in atts)
