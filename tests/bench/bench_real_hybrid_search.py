@@ -164,7 +164,8 @@ def main():
         noise = 2 * max(cv[(level, 0 if objective == "latency" else 1)] or 0.01, 0.005)
         band = [k for k, v in vals.items() if v >= vals[best_key] * (1 - noise)]
         keeps = bms.keeps_model(land)
-        for strategy, cap_of in (("sweep", capmap), ("adaptive", capmap), ("adaptive, caps not read", None)):
+        for strategy, cap_of in (("sweep", capmap), ("climb", capmap), ("adaptive", capmap),
+                                 ("climb, caps not read", None), ("adaptive, caps not read", None)):
             rng = random.Random(args.seed * 1000 + level)
             wins = inband = 0
             regrets, launches = [], []

@@ -82,7 +82,8 @@ def parse_mem(text):
         first = out["mamba"][0]
         slots = first["slots"]
         out["state_gb"] = round(first["conv"] + first["ssm"], 3)
-        out["per_slot_state_mib"] = round((first["conv"] + first["ssm"]) * 1024 / slots, 2) if slots else None
+        # the pool allocates one padding slot beside the request slots (memory_pool.py)
+        out["per_slot_state_mib"] = round((first["conv"] + first["ssm"]) * 1024 / (slots + 1), 2) if slots else None
         out["intermediate_gb"] = round((first["issm"] or 0) + (first["iconv"] or 0), 3)
     return out
 
@@ -397,21 +398,24 @@ def _strategy_of(argv, rec):
 def sim_table(cmp_, trim="experts32"):
     rows = ["| start | slots real / sim nb / sim 23 | cap real / sim nb / sim 23 | KV tokens real / sim nb (diff) "
             "| KV tokens sim nb, 0.5.17's path-less draft cell (diff) "
-            "| state GiB real / sim nb | intermediate GiB real / sim nb | weights GiB real / sim |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| state GiB real / sim nb | intermediate GiB real / sim nb | weights GiB real / sim "
+            "| slots: the release's solve on the real budget |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for label, c in sorted(cmp_.items(), key=lambda kv: (kv[1]["meta"]["depth"], kv[0])):
         if c["meta"]["trim"] != trim or c["meta"]["fraction"] is not None:
             continue
         r, nb, v23 = c["real"], c["sim"]["no_buffer"], c["sim"]["0.5.23"]
         kvd = memory_check.rel_diff(r["kv_tokens"], nb.get("kv_tokens"))
         kvd17 = memory_check.rel_diff(r["kv_tokens"], nb.get("kv_tokens_0517"))
-        rows.append("| %s | %s / %s / %s | %s / %s / %s | %s / %s (%s) | %s (%s) | %s / %s | %s / %s | %s / %s |" % (
+        window = nb.get("slots_on_real_budget")
+        window = "" if not window else ("%d" % window[0] if window[0] == window[1] else "%d-%d" % tuple(window))
+        rows.append("| %s | %s / %s / %s | %s / %s / %s | %s / %s (%s) | %s (%s) | %s / %s | %s / %s | %s / %s | %s |" % (
             label, _f(r["slots"]), _f(nb.get("slots", nb.get("error"))), _f(v23.get("slots", v23.get("error"))),
             _f(r["cap"]), _f(nb.get("cap")), _f(v23.get("cap")),
             _f(r["kv_tokens"]), _f(nb.get("kv_tokens")), "" if kvd is None else "%+.1f %%" % (100 * kvd),
             _f(nb.get("kv_tokens_0517")), "" if kvd17 is None else "%+.1f %%" % (100 * kvd17),
             _f(r["state_gib"]), _f(nb.get("state_gib")), _f(r["intermediate_gib"]), _f(nb.get("intermediate_gib")),
-            _f(r["weights_gib"]), _f(nb.get("weights_gib"))))
+            _f(r["weights_gib"]), _f(nb.get("weights_gib")), window))
     return "\n".join(rows)
 
 
