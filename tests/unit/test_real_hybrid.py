@@ -155,9 +155,9 @@ H100_MIB = 81559  # nvidia-smi memory.total of the lent H100 (the H200: 143771)
 KV_TOL = 0.02
 SLOT_TOL = 0.05
 # Half-width within which a real start and the sim may disagree about starting at all: the real
-# free memory before weights differs from the sim's by up to 0.12 GB (README "Memory"), about
-# 0.0015 of an H100's fraction, and the bisection's own step is 0.001-0.01.
-BOUNDARY_TOL = 0.02
+# pool budget is 0.19 GB below the sim's (the weights' bytes beyond their parameters, README "Real
+# against the sim"), 0.0025 of the fraction on an H100's 78.5 GB free before the weights; twice that.
+BOUNDARY_TOL = 0.005
 
 
 def _printed_start(depth, fraction, total_mib, variant="no_buffer", slots_shift=0):
@@ -324,16 +324,22 @@ def test_failure_boundary_and_class_are_the_sims():
     if not fixed:
         pytest.skip("no K@F start captured (README: the failure boundary was not run)")
     cmp_ = hybrid_report.sim_compare(fixed, CONFIG, hybrid_report.gpu_total_mib(entries()))
+    checked = 0
     for label, c in cmp_.items():
         k, frac = c["meta"]["depth"], c["meta"]["fraction"]
         b = hybrid_report.sim_boundary(CONFIG, k, hybrid_report.gpu_total_mib(entries()),
                                        dict(hybrid_report.SIM_VARIANTS)["no_buffer"])
         if b is None or abs(frac - b[1]) <= BOUNDARY_TOL:
             continue
+        checked += 1
         sim = c["sim"]["no_buffer"]
         assert c["real"]["ready"] == ("error" not in sim), (label, frac, b)
         if not c["real"]["ready"]:
             assert hybrid_report.real_failure_class(str(FIX), label)[0] == sim["class"], label
+    if not checked:
+        pytest.skip("every K@F start lies within %.3f of the sim's boundary" % BOUNDARY_TOL)
+    # both sides of the boundary were tried
+    assert len({c["real"]["ready"] for c in cmp_.values()}) == 2
 
 
 # --------------------------------------------------------------------------- the round's physics
