@@ -170,7 +170,7 @@ def main():
             wins = inband = 0
             regrets, launches = [], []
             for _t in range(args.tunes):
-                atts, key, _best = tune(land, strategy.split(",")[0], rng, noise, cap_of)
+                atts, key, _best = tune(land, strategy.split(",", maxsplit=1)[0], rng, noise, cap_of)
                 wins += key == best_key
                 inband += key in band
                 regrets.append(1 - vals[key] / vals[best_key])

@@ -363,7 +363,6 @@ def sim_plan(args, target_hf, draft_hf=None, gpu_memory_mib=GPU_MEMORY_MIB, extr
     return p
 
 
-
 def state_pool_size(args, target_hf, pool_budget_gb, gpu_memory_mib=GPU_MEMORY_MIB, extra_argv=()):
     """The state pool's slot count (max_mamba_cache_size) that the release's joint solve gives for
     a pool budget of ``pool_budget_gb``: free memory after the weights less the static slack, the
