@@ -59,10 +59,10 @@ def _tune(env, tmp_path, out, *extra, server_args="--model-path Qwen/Qwen3-8B"):
     argv = [sys.executable, str(TOOL), "--server-module", "sglang_sim.launch_server", "--algorithm", "NEXTN",
             "--server-args", server_args, "--steps", "1-3", "--levels", "1", "--bench-requests", "3",
             "--bench-input-len", "16", "--bench-output-len", "16", "--bench-time-scale", TIME_SCALE,
-            "--ready-timeout", "20", "--ready-poll", "0.2", "--stop-grace", "5", "--port", str(free_port()),
+            "--ready-timeout", "60", "--ready-poll", "0.2", "--stop-grace", "15", "--port", str(free_port()),
             "--log-dir", str(tmp_path / "logs"), "--out", str(out)] + list(extra)
     res = subprocess.run(argv, env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         timeout=120, check=False)
+                         timeout=400, check=False)
     text = res.stdout.decode() + res.stderr.decode()
     doc = json.loads(out.read_text()) if out.exists() else None
     return res.returncode, text, doc
@@ -105,7 +105,9 @@ def test_adaptive_sweep_resume_and_noise(sim_env, tmp_path):
     adaptive = _check_run(doc, "adaptive")
     assert adaptive[0]["reason"].startswith("adaptive")
     noise = doc["relaunch_noise"]
-    assert noise["key"] == adaptive[0]["key"] and noise["n"] == 2
+    # a start's deadline is generous: on a 2-core host busy with the rest of the suite a relaunch
+    # once missed 20 s, and a failed relaunch leaves its sample without a value
+    assert noise["key"] == adaptive[0]["key"] and noise["n"] == 2, (noise["samples"], text[-2000:])
     assert [s["origin"] for s in noise["samples"]] == ["search", "relaunch"]
     assert noise["mean"] > 0 and noise["cv"] is not None
     assert doc["launches_total"] == doc["launches"] + 1
