@@ -260,11 +260,7 @@ def test_real_pools_are_the_sims_plan_for_the_resolution_the_start_made():
         assert real["cap"] == at["cap"], label
         assert real["intermediate_gib"] == pytest.approx(at["intermediate_gib"], abs=0.015), label
         # ... and the KV pool is 0.5.17's rule on the sim's budget to the printed figures' rounding
-        plan = hybrid_report.sim_plan(entries()[label], CONFIG, hybrid_report.gpu_total_mib(entries()),
-                                      dict(hybrid_report.SIM_VARIANTS)[variant],
-                                      () if real["slots"] == sim["slots"] else
-                                      ("--max-mamba-cache-size", str(real["slots"])))
-        kv, cell = _kv_on_the_sims_budget(label, entries()[label], plan["pool_budget_mib"] / 1024.0)
+        kv, cell = _kv_on_the_sims_budget(label, entries()[label], at["pool_budget_gib"])
         assert abs(kv - at["kv_tokens_0517"]) * cell <= KV_GB_TOL, (label, kv, at["kv_tokens_0517"])
         checked += 1
     if not checked:
@@ -300,11 +296,7 @@ def test_path_less_mtp_head_is_outside_0_5_17s_kv_budget_and_inside_the_sims():
         real, sim = c["real"], c["sim"]["no_buffer"]
         if not c["meta"]["depth"] or real["draft_path"] or "error" in sim:
             continue
-        plan = hybrid_report.sim_plan(entries()[label], CONFIG, hybrid_report.gpu_total_mib(entries()),
-                                      dict(hybrid_report.SIM_VARIANTS)["no_buffer"],
-                                      () if real["slots"] == sim["slots"] else
-                                      ("--max-mamba-cache-size", str(real["slots"])))
-        kv, _cell = _kv_on_the_sims_budget(label, entries()[label], plan["pool_budget_mib"] / 1024.0)
+        kv, _cell = _kv_on_the_sims_budget(label, entries()[label], sim["at_real_slots"]["pool_budget_gib"])
         ratio = kv / float(sim["at_real_slots"]["kv_tokens"])
         assert ratio == pytest.approx((cfg_layers + mtp_layers) / float(cfg_layers), rel=0.003), label
         assert abs(hybrid_report.memory_check.rel_diff(real["kv_tokens"], sim["kv_tokens"])) > KV_TOL, label
@@ -344,21 +336,25 @@ def test_failure_boundary_and_class_are_the_sims():
 
 # --------------------------------------------------------------------------- the round's physics
 
-def _round_noise_ms(rt, concurrency):
-    """A marginal cost's noise at one C: the widest relaunch spread of a round there (two launches
-    of one point), on the dearest round, for each of the marginal's two ends."""
+def _widest_spread(rt, concurrency):
+    """The widest relative spread of two launches of one point at this C (a fraction)."""
     spreads = [hybrid_report.spread_pct(v) for (k, c), v in rt.items() if c == concurrency and len(v) > 1]
     spreads = [s for s in spreads if s is not None]
     if not spreads:
         pytest.skip("no point launched twice at C=%d" % concurrency)
-    dearest = max(max(v) for (k, c), v in rt.items() if c == concurrency)
-    return 2 * max(spreads) / 100.0 * dearest
+    return max(spreads) / 100.0
+
+
+def _round_noise_ms(rt, concurrency):
+    """A marginal cost's noise at one C: the widest relaunch spread, on the dearest round, for each
+    of the marginal's two ends."""
+    return 2 * _widest_spread(rt, concurrency) * max(max(v) for (k, c), v in rt.items() if c == concurrency)
 
 
 def test_a_verify_round_never_gets_faster_with_depth_where_no_cap_binds():
     rt = hybrid_report.rounds(served())[0]
     for c in (1, 4):
-        noise = max(_round_noise_ms(rt, c), 0.0) if any(len(v) > 1 for (k, cc), v in rt.items() if cc == c) else 0.0
+        noise = _round_noise_ms(rt, c) if any(len(v) > 1 for (k, cc), v in rt.items() if cc == c) else 0.0
         ks = sorted(k for (k, cc) in rt if cc == c)
         med = [sorted(rt[(k, c)])[len(rt[(k, c)]) // 2] for k in ks]
         assert all(b > a - noise for a, b in zip(med, med[1:])), (c, list(zip(ks, med)))
@@ -367,11 +363,7 @@ def test_a_verify_round_never_gets_faster_with_depth_where_no_cap_binds():
 def _marginal_noise_ms(rt, concurrency, a, b):
     """The most a marginal cost between depths a < b can move with relaunch noise: the widest
     relative spread of two launches of one point at this C, at each end, over the steps between."""
-    spreads = [hybrid_report.spread_pct(v) for (k, c), v in rt.items() if c == concurrency and len(v) > 1]
-    spreads = [x for x in spreads if x is not None]
-    if not spreads:
-        pytest.skip("no point launched twice at C=%d" % concurrency)
-    s = max(spreads) / 100.0
+    s = _widest_spread(rt, concurrency)
     med = {k: statistics.median(rt[(k, concurrency)]) for k in (a, b)}
     return s * (med[a] + med[b]) / (b - a)
 

@@ -364,6 +364,7 @@ def sim_compare(entries, hf_config, total_mib=None):
             if "error" not in same:
                 sims[name]["at_real_slots"] = {
                     "cap": same["max_running_requests"], "kv_tokens": same["max_total_num_tokens"],
+                    "pool_budget_gib": same["pool_budget_mib"] / 1024.0,
                     "kv_tokens_0517": kv_tokens_0517(same, hf_config) if pathless else same["max_total_num_tokens"],
                     "intermediate_gib": (same.get("mamba_intermediate_ssm_mib", 0.0)
                                          + same.get("mamba_conv_window_mib", 0.0)) / 1024.0}

@@ -546,23 +546,30 @@ REAL_C16 = {1: (878.0, 17, 1.78), 2: (676.6, 14, 2.58), 3: (699.5, 11, 2.91), 4:
             5: (710.2, 9, 3.63), 6: (751.1, 8, 3.92), 8: (552.7, 6, 4.29), 12: (390.3, 4, 4.68)}
 
 
-def _capped_tune(read_caps):
-    steps = sorted(REAL_C16)
-    cands = mtp_tune_candidates(steps)
-    spec = {"strategy": "adaptive", "objective": "throughput", "level": 16, "noise": 0.03, "seed": 3}
+def _real_tune(spec, metrics_of, read_caps=True):
+    """The search over REAL_C16's depths, each launch measuring ``metrics_of(depth)`` and, with
+    ``read_caps``, carrying its running-request cap as mtp_record reads it from the server."""
+    cands = mtp_tune_candidates(sorted(REAL_C16))
     atts = []
     while True:
         nxt = mtp_tune_next(atts, cands, None, spec)
         if nxt is None:
             break
         k = nxt["candidate"]["steps"]
-        agg, cap, tau = REAL_C16[k]
-        att = dict(_att(k, {"16": {"output_throughput": agg, "decode_tps_per_request": {"mean": agg / min(16, cap)},
-                                   "accept_length": tau, "failed": 0}}), reason=nxt["reason"])
+        att = dict(_att(k, metrics_of(k)), reason=nxt["reason"])
         if read_caps:
-            att["running_cap"] = cap
+            att["running_cap"] = REAL_C16[k][1]
         atts.append(att)
     return atts, mtp_tune_pick_best(atts, spec)
+
+
+def _capped_tune(read_caps):
+    def at_c16(k):
+        agg, cap, tau = REAL_C16[k]
+        return {"16": {"output_throughput": agg, "decode_tps_per_request": {"mean": agg / min(16, cap)},
+                       "accept_length": tau, "failed": 0}}
+    spec = {"strategy": "adaptive", "objective": "throughput", "level": 16, "noise": 0.03, "seed": 3}
+    return _real_tune(spec, at_c16, read_caps)
 
 
 def test_a_launch_capped_below_the_judged_load_leaves_nothing_to_the_model():
@@ -584,17 +591,11 @@ def test_without_the_caps_the_same_landscape_ends_on_a_local_peak():
 
 def test_caps_at_or_above_the_judged_load_keep_the_model():
     # the same launches at C=1 (every cap holds one request): the bounds stay in use
-    steps = sorted(REAL_C16)
-    cands = mtp_tune_candidates(steps)
-    spec = {"strategy": "adaptive", "objective": "latency", "level": 1, "noise": 0.03, "seed": 3}
-    atts = []
-    while True:
-        nxt = mtp_tune_next(atts, cands, None, spec)
-        if nxt is None:
-            break
-        k = nxt["candidate"]["steps"]
+    def at_c1(k):
         tau = REAL_C16[k][2]
-        atts.append(dict(_att(k, {"1": {"decode_tps_per_request": {"mean": 1000 * tau / (10.0 + 1.2 * k)},
-                                        "accept_length": tau, "failed": 0}}), running_cap=REAL_C16[k][1]))
-    assert len(atts) < len(steps)
+        return {"1": {"decode_tps_per_request": {"mean": 1000 * tau / (10.0 + 1.2 * k)}, "accept_length": tau,
+                      "failed": 0}}
+    atts, _best = _real_tune({"strategy": "adaptive", "objective": "latency", "level": 1, "noise": 0.03, "seed": 3},
+                             at_c1)
+    assert len(atts) < len(REAL_C16)
     assert not any("ran capped" in (a.get("reason") or "") for a in atts)
