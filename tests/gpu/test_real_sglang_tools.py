@@ -147,3 +147,22 @@ def test_bad_flag_is_a_classified_failure(sim_env, tmp_path):
     assert att["ready"]["exit_code"] == 2 and att["journal_tail"]
     assert doc["winner"] is None and doc["launches"] == 1
     assert not real_server.pid_alive(att["pid"])
+
+
+def test_accept_pin_follows_each_candidates_depth(tmp_path):
+    """--accept-p sets SGLang's own pin per candidate: (1 - p^(k+1)) / (1 - p) at depth k."""
+    mod = _load_tune_real()
+    args = mod.parse_args(["--server-args", "--model-path /m", "--algorithm", "NEXTN", "--accept-p", "0.8",
+                           "--out", str(tmp_path / "t.json")])
+    tuner = mod.Tuner(args)
+    env, pinned = tuner.candidate_env({"steps": 3})
+    assert pinned == 2.952 and env["SGLANG_SIMULATE_ACC_LEN"] == "2.952"
+    assert env["SGLANG_SIMULATE_ACC_METHOD"] == "match-expected"
+    assert tuner.candidate_env({"steps": 12})[1] == round((1 - 0.8 ** 13) / 0.2, 4)
+    assert "SGLANG_SIMULATE_ACC_LEN" not in tuner.env  # the run's own environment is not changed
+    assert tuner.setup["accept_p"] == 0.8  # a resume under another pin is refused
+    plain = mod.Tuner(mod.parse_args(["--server-args", "--model-path /m", "--out", str(tmp_path / "u.json")]))
+    assert plain.candidate_env({"steps": 3}) == (plain.env, None)
+    for bad in ("1", "0", "-0.2"):
+        with pytest.raises(SystemExit):
+            mod.parse_args(["--server-args", "x", "--accept-p", bad, "--out", str(tmp_path / "v.json")])

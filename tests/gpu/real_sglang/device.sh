@@ -206,6 +206,25 @@ step_tune() {
     $([[ -f $res/tune_$strategy.json ]] && echo --resume "$res/tune_$strategy.json")
 }
 
+# The collection's search on the trimmed hybrid (step_hybrid's server, NEXTN with its own MTP
+# head), the accept length pinned per candidate at RS_ACC_P as step_hybrid pins it: the role's
+# defaults (strategy climb, objective latency) over RS_STEPS, judged at RS_TUNE_LEVELS. Stopped
+# by TERM after RS_TUNE_SECONDS and resumed from its JSON by the next call.
+step_tunehyb() {
+  local trim=${RS_TRIM:-experts32} model strategy=${RS_TUNE_STRATEGY:-climb} name
+  model=$(hybrid_model "$trim") || return 1
+  name=tunehyb_${trim}_${strategy}_p${RS_ACC_P:-0.8}
+  timeout -s TERM "${RS_TUNE_SECONDS:-540}" python3 "$here/tune_real.py" \
+    --server-args "--model-path $model --load-format dummy --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static ${RS_MEM_FRACTION:-0.88} --context-length 4096 --cuda-graph-max-bs-decode 32 ${RS_HYB_ARGS:-}" \
+    --algorithm NEXTN --draft '' --accept-p "${RS_ACC_P:-0.8}" --strategy "$strategy" \
+    --steps "${RS_STEPS:-1-10}" --levels "${RS_TUNE_LEVELS:-1}" --bench-prompt-format text \
+    --bench-input-len 256 --bench-output-len "${RS_TUNE_OUTPUT_LEN:-96}" --bench-requests "${RS_TUNE_REQUESTS:-8}" \
+    --ready-timeout "${RS_HYB_READY_S:-260}" --python python3 --port "$PORT" \
+    --relaunch-noise "${RS_NOISE:-0}" --out "$res/$name.json" --log-dir "$res/logs_$name" \
+    $([[ -f $res/$name.json ]] && echo --resume "$res/$name.json")
+  [[ -n ${OUT:-} ]] && pack
+}
+
 # What a crashed SGLang leaves on the GPU, and the unit guard's clean start ending it: start a
 # plain server, SIGKILL its parent only (what an OOM kill or `kill -9` of the main pid does), record
 # which of its processes survive and what the driver still lists, then run the guard the unit runs
@@ -260,12 +279,17 @@ MEM_LINES="Init torch distributed ends|Load weight (begin|end)|KV Cache is alloc
 MEM_LINES+="|Memory pool end|Capture .* end|max_total_num_tokens=|capped to|is reset to|mamba"
 acc_len() { python3 -c "p = ${RS_ACC_P:-0.8}; k = $1; print(round((1 - p ** (k + 1)) / (1 - p), 4))"; }
 
+hybrid_model() {
+  local trim=$1 model=$RS/models/hyb_$1
+  python3 "$here/make_hybrid.py" "$model" --trim "$trim" ${RS_TRIM_ARGS:-} \
+    --tokenizer "${RS_TOKENIZER:-$RS/models/tokenizer}" >&2 || return 1
+  cp "$model/config.json" "$res/config_$trim.json"
+  echo "$model"
+}
+
 step_hybrid() {
   local trim=${RS_TRIM:-experts32} model k
-  model=$RS/models/hyb_$trim
-  python3 "$here/make_hybrid.py" "$model" --trim "$trim" ${RS_TRIM_ARGS:-} \
-    --tokenizer "${RS_TOKENIZER:-$RS/models/tokenizer}" || return 1
-  cp "$model/config.json" "$res/config_$trim.json"
+  model=$(hybrid_model "$trim") || return 1
   local entry lo hi n mid i
   for entry in ${RS_HYB_DEPTHS-0 1 2 3 4 5 6 8 10 12}; do
     hybrid_entry "$trim" "$model" "$entry"
@@ -313,6 +337,13 @@ hybrid_entry() {
   if (( ok )) && [[ $tag != f* ]]; then
     timeout -s TERM "${RS_HYB_BENCH_S:-150}" python3 "$here/hybrid_bench.py" --url "http://127.0.0.1:$PORT" \
       --levels "${RS_HYB_LEVELS:-1,4,16,32}" --out "$res/bench_$label.json" --label "$label" ${RS_HYB_BENCH_OPTS:-}
+    # RS_HYB_COMPARE="generate,chat:1,8,32": bench truth (bench_compare.py) on this same server
+    local set
+    for set in ${RS_HYB_COMPARE:-}; do
+      timeout -s TERM "${RS_HYB_COMPARE_S:-240}" python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" \
+        --tokenizer "$model" --model "$model" --endpoints "${set%%:*}" --levels "${set#*:}" \
+        --out "$res/compare_$label" --label "${label}_${set//[:,]/_}" ${RS_HYB_COMPARE_OPTS:-}
+    done
   fi
   stop
   [[ -n ${OUT:-} ]] && pack

@@ -181,7 +181,8 @@ class Tuner:
         # measured under another setup (another strategy included: strategies never share).
         self.setup = {"server_module": args.server_module, "server_args": self.base_args,
                       "algorithm": args.algorithm, "draft": args.draft or None, "strategy": args.strategy,
-                      "objective": self.objective, "level": self.level, "bench": self.bench}
+                      "objective": self.objective, "level": self.level, "bench": self.bench,
+                      "accept_p": args.accept_p}
         self.run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.out = args.out or args.resume
         self.log_dir = args.log_dir or os.path.join(os.path.dirname(os.path.abspath(self.out)), "logs")
@@ -235,6 +236,17 @@ class Tuner:
                        "--speculative-eagle-topk", str(cand["topk"]),
                        "--speculative-num-draft-tokens", str(cand["draft_tokens"])]
 
+    def candidate_env(self, cand):
+        """The server's environment for one candidate, and the accept length pinned in it (None:
+        not pinned). SGLang reads the pin in speculative/spec_utils.py (SIMULATE_ACC_LEN,
+        generate_simulated_accept_index): match-expected accepts floor or ceil of it per round."""
+        if self.args.accept_p is None:
+            return self.env, None
+        p = self.args.accept_p
+        pinned = round((1.0 - p ** (cand["steps"] + 1)) / (1.0 - p), 4)
+        env = dict(self.env, SGLANG_SIMULATE_ACC_LEN=str(pinned), SGLANG_SIMULATE_ACC_METHOD="match-expected")
+        return env, pinned
+
     def bench_cfg(self):
         """The cfg sglang_bench's main() hands run_benchmark, with the values candidate.yml passes."""
         b = self.bench
@@ -281,7 +293,8 @@ class Tuner:
         name = "%s-%s-%02d-%s-%s.log" % (
             self.run_id, self.args.strategy, self.launch_no, purpose, cand["key"])
         log = os.path.join(self.log_dir, name)
-        server = srv.Server(self.server_argv(cand, nxt.get("overrides")), log, self.args.port, env=self.env,
+        env, pinned = self.candidate_env(cand)
+        server = srv.Server(self.server_argv(cand, nxt.get("overrides")), log, self.args.port, env=env,
                             python=self.args.python, module=self.args.server_module)
         print("[%d] %s %s: starting (%s)" % (self.launch_no, purpose, cand["key"], nxt.get("reason")), flush=True)
         result, bench_failed, bench_msg, partial = None, False, None, []
@@ -328,6 +341,7 @@ class Tuner:
                         "bench_s": (result or {}).get("duration_s"), "wall_s": round(time.time() - t0, 3)},
             # what only this driver knows: the process side of the launch
             "launch": self.launch_no, "purpose": purpose, "log": log, "argv": server.command(),
+            "accept_pinned": pinned,
             "pid": server.proc.pid, "pids": sorted(server.descendants | {server.proc.pid}),
             "ready": dict((k, wait.get(k)) for k in ("ready", "seconds", "exit_code", "reason", "ready_line")),
             "stop": stop, "gpu_idle_s": gpu_idle_s,
@@ -478,6 +492,10 @@ def build_parser():
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--log-dir", default=None, help="server logs (default: logs/ next to --out)")
     p.add_argument("--env", action="append", metavar="KEY=VALUE", help="extra server environment (repeatable)")
+    p.add_argument("--accept-p", type=float, default=None, metavar="P",
+                   help="pin each candidate's accept length to (1 - P^(steps+1)) / (1 - P) with SGLang's own "
+                        "knob (SGLANG_SIMULATE_ACC_LEN, method match-expected): a random-weight model's "
+                        "draft then accepts as a draft of per-position acceptance P would")
     p.add_argument("--release", default=None, help="release label stored in the workload fingerprint")
     p.add_argument("--ready-timeout", type=float, default=None, help="seconds per launch (default: the role's)")
     p.add_argument("--ready-poll", type=float, default=0.5)
@@ -511,6 +529,8 @@ def parse_args(argv=None):
         build_parser().error("give --out (or --resume, which is then also the output)")
     if args.relaunch_noise < 0:
         build_parser().error("--relaunch-noise must be >= 0")
+    if args.accept_p is not None and not 0.0 < args.accept_p < 1.0:
+        build_parser().error("--accept-p must lie strictly between 0 and 1")
     return args
 
 
