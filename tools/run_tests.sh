@@ -94,8 +94,8 @@ done
 # two cores; a third loads the simulated servers enough to move the figures the scenarios check.
 # Each scenario's seconds in a fresh-clone run on a 2-core machine; the lanes take the split whose
 # longest lane is shortest (below).
-declare -A scenario_weight=([sequences]=916 [pool]=652 [rollout]=599 [resume]=530 [realpkg]=367 [levers]=346
-                            [schedule]=346 [tune]=322 [production]=259 [service]=255 [default]=34)
+declare -A scenario_weight=([sequences]=633 [pool]=567 [resume]=533 [rollout]=520 [schedule]=349 [levers]=325
+                            [realpkg]=305 [tune]=295 [production]=208 [service]=198 [default]=27)
 lane_run() {  # lane number, scenarios...: one lane; one result line per scenario in its file
   local lane=$1; shift
   local sc s
