@@ -21,6 +21,7 @@ convex in depth, the accept length concave).
 from __future__ import print_function
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -125,6 +126,24 @@ def tune(land, strategy, rng, noise, cap_of=None):
     return attempts, best["winner"]["key"], best
 
 
+class MonotoneOnly(object):
+    """While active, the search's Lane bounds an unmeasured depth's round time by monotony alone
+    (``convex=False``, the bound mtp_winner calls sound): what the search would cost if it stopped
+    assuming each extra draft step costs at least what the one before did, which the real round at
+    C = 1 and 4 does not keep (its marginal cost falls with depth)."""
+
+    def __enter__(self):
+        from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_search  # noqa: E402 pylint: disable=import-outside-toplevel
+        self.init = mtp_search.Lane.__init__
+        self.saved = self.init.__defaults__
+        self.init.__defaults__ = (False,)
+        return self
+
+    def __exit__(self, *exc):
+        self.init.__defaults__ = self.saved
+        return False
+
+
 def round_shape(real, level):
     """Marginal verify-round time per draft step (ms) between measured depths at ``level``: round
     = accept length / per-request tok/s."""
@@ -165,12 +184,14 @@ def main():
         band = [k for k, v in vals.items() if v >= vals[best_key] * (1 - noise)]
         keeps = bms.keeps_model(land)
         for strategy, cap_of in (("sweep", capmap), ("climb", capmap), ("adaptive", capmap),
+                                 ("climb, monotone bounds", capmap), ("adaptive, monotone bounds", capmap),
                                  ("climb, caps not read", None), ("adaptive, caps not read", None)):
             rng = random.Random(args.seed * 1000 + level)
             wins = inband = 0
             regrets, launches = [], []
             for _t in range(args.tunes):
-                atts, key, _best = tune(land, strategy.split(",", maxsplit=1)[0], rng, noise, cap_of)
+                with (MonotoneOnly() if "monotone" in strategy else contextlib.nullcontext()):
+                    atts, key, _best = tune(land, strategy.split(",", maxsplit=1)[0], rng, noise, cap_of)
                 wins += key == best_key
                 inband += key in band
                 regrets.append(1 - vals[key] / vals[best_key])
