@@ -216,7 +216,7 @@ step_tunehyb() {
   name=tunehyb_${trim}_${strategy}_p${RS_ACC_P:-0.8}
   timeout -s TERM "${RS_TUNE_SECONDS:-540}" python3 "$here/tune_real.py" \
     --server-args "--model-path $model --load-format dummy --attention-backend triton --sampling-backend pytorch --grammar-backend none --mem-fraction-static ${RS_MEM_FRACTION:-0.88} --context-length 4096 --cuda-graph-max-bs-decode 32 ${RS_HYB_ARGS:-}" \
-    --algorithm NEXTN --draft '' --accept-p "${RS_ACC_P:-0.8}" --strategy "$strategy" \
+    --server-module "${RS_SERVER_MODULE:-sglang.launch_server}" --algorithm NEXTN --draft '' --accept-p "${RS_ACC_P:-0.8}" --strategy "$strategy" \
     --steps "${RS_STEPS:-1-10}" --levels "${RS_TUNE_LEVELS:-1}" --bench-prompt-format text \
     --bench-input-len 256 --bench-output-len "${RS_TUNE_OUTPUT_LEN:-96}" --bench-requests "${RS_TUNE_REQUESTS:-8}" \
     --ready-timeout "${RS_HYB_READY_S:-260}" --python python3 --port "$PORT" \
