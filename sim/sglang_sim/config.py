@@ -257,8 +257,9 @@ def lookup_model(model_path):
     """Catalog entry for a model path: an HF id, or a local dir whose name matches one.
 
     A local directory may also hold a ``sim_model.json`` naming a catalog entry
-    ({"catalog": "Qwen/Qwen3.5-122B-A10B"}). Unknown models are served with the
-    default model's shape, so any weights directory works on the sim.
+    ({"catalog": "Qwen/Qwen3.5-122B-A10B"}); without one, a ``config.json`` whose shape
+    model_from_hf_config models is that model. Unknown models are served with the default
+    model's shape, so any weights directory works on the sim.
     """
     key = model_path.rstrip("/")
     if key in CATALOG:
@@ -273,6 +274,16 @@ def lookup_model(model_path):
                 return name, CATALOG[name]
         except (OSError, ValueError, AttributeError):
             pass
+    # A local folder with a config.json is the model that config describes, as the release reads
+    # it (configs/model_config.py ModelConfig -> utils/hf_transformers_utils.py get_config), where
+    # model_from_hf_config models its shape; the trimmed hybrid the real runs serve is one.
+    hf_path = os.path.join(key, "config.json")
+    if os.path.isfile(hf_path):
+        try:
+            with open(hf_path) as fh:
+                return key, model_from_hf_config(json.load(fh), name=key)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            pass  # a shape it does not model: the catalog's, as before
     for name, entry in CATALOG.items():
         if name.rsplit("/", 1)[-1].lower() == base:
             return name, entry

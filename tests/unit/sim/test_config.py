@@ -1,10 +1,13 @@
 """Simulator settings: env vars override the JSON config file; bad values are refused."""
 
 import json
+import pathlib
 
 import pytest
 
 from sglang_sim import config
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_defaults(tmp_path):
@@ -58,6 +61,26 @@ def test_model_lookup(tmp_path):
     other.mkdir()
     (other / "sim_model.json").write_text('{"catalog": "Qwen/Qwen3-Next-80B-A3B-Instruct"}')
     assert config.lookup_model(str(other))[0] == "Qwen/Qwen3-Next-80B-A3B-Instruct"
+
+
+def test_local_config_json_is_the_model(tmp_path):
+    """A local folder's config.json is what the release serves: the trimmed hybrid the real runs
+    start (20.6 B parameters, 32 experts) is served at its own size, not the default model's."""
+    hyb = tmp_path / "hyb_experts32"
+    hyb.mkdir()
+    real = ROOT / "tests" / "fixtures" / "real-sglang" / "hybrid" / "config_experts32.json"
+    (hyb / "config.json").write_text(real.read_text())
+    name, model = config.lookup_model(str(hyb))
+    assert name == str(hyb) and model["hybrid"] and model["num_experts"] == 32
+    assert 20e9 < model["params"] < 21e9
+    # a shape it does not model (a dense config with experts) keeps the catalog's fallback
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_experts": 8}))
+    assert config.lookup_model(str(odd))[0] == config.DEFAULT_MODEL
+    # the marker still wins over a config.json beside it
+    (hyb / "sim_model.json").write_text('{"catalog": "Qwen/Qwen3-8B"}')
+    assert config.lookup_model(str(hyb))[0] == "Qwen/Qwen3-8B"
 
 
 def test_fault_switches(tmp_path):
