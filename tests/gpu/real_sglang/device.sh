@@ -337,13 +337,19 @@ hybrid_entry() {
   if (( ok )) && [[ $tag != f* ]]; then
     timeout -s TERM "${RS_HYB_BENCH_S:-150}" python3 "$here/hybrid_bench.py" --url "http://127.0.0.1:$PORT" \
       --levels "${RS_HYB_LEVELS:-1,4,16,32}" --out "$res/bench_$label.json" --label "$label" ${RS_HYB_BENCH_OPTS:-}
-    # RS_HYB_COMPARE="generate,chat:1,8,32": bench truth (bench_compare.py) on this same server
-    local set
-    for set in ${RS_HYB_COMPARE:-}; do
-      timeout -s TERM "${RS_HYB_COMPARE_S:-240}" python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" \
-        --tokenizer "$model" --model "$model" --endpoints "${set%%:*}" --levels "${set#*:}" \
-        --out "$res/compare_$label" --label "${label}_${set//[:,]/_}" ${RS_HYB_COMPARE_OPTS:-}
-    done
+    # RS_HYB_COMPARE="generate,chat:1 chat:1+nocu generate,chat:8,32": bench truth
+    # (bench_compare.py) on this same server, one run per set in that order (a set ending in
+    # +nocu: the collection's requests without per-chunk usage); at the entries named in
+    # RS_HYB_COMPARE_AT (default: every benchmarked entry)
+    local set cu
+    if [[ -z ${RS_HYB_COMPARE_AT:-} || " $RS_HYB_COMPARE_AT " == *" $entry "* ]]; then
+      for set in ${RS_HYB_COMPARE:-}; do
+        cu=; [[ $set == *+nocu ]] && cu=--no-chunk-usage && set=${set%+nocu}
+        timeout -s TERM "${RS_HYB_COMPARE_S:-240}" python3 "$here/bench_compare.py" --url "http://127.0.0.1:$PORT" \
+          --tokenizer "$model" --model "$model" --endpoints "${set%%:*}" --levels "${set#*:}" \
+          --out "$res/compare_$label" --label "${label}_${set//[:,]/_}" $cu ${RS_HYB_COMPARE_OPTS:-}
+      done
+    fi
   fi
   stop
   [[ -n ${OUT:-} ]] && pack
