@@ -275,7 +275,7 @@ def lookup_model(model_path):
         except (OSError, ValueError, AttributeError):
             pass
     # A local folder with a config.json is the model that config describes, as the release reads
-    # it (configs/model_config.py ModelConfig -> utils/hf_transformers_utils.py get_config), where
+    # it (configs/model_config.py ModelConfig -> srt/utils/hf_transformers/config.py get_config), where
     # model_from_hf_config models its shape; the trimmed hybrid the real runs serve is one.
     hf_path = os.path.join(key, "config.json")
     if os.path.isfile(hf_path):
