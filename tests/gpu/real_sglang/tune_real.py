@@ -239,11 +239,11 @@ class Tuner:
     def candidate_env(self, cand):
         """The server's environment for one candidate, and the accept length pinned in it (None:
         not pinned). SGLang reads the pin in speculative/spec_utils.py (SIMULATE_ACC_LEN,
-        generate_simulated_accept_index): match-expected accepts floor or ceil of it per round."""
+        generate_simulated_accept_index): match-expected accepts floor or ceil of it per round. The
+        pin is the chain model the search reasons with (mtp_search.chain_tau)."""
         if self.args.accept_p is None:
             return self.env, None
-        p = self.args.accept_p
-        pinned = round((1.0 - p ** (cand["steps"] + 1)) / (1.0 - p), 4)
+        pinned = round(mtp_search.chain_tau(cand["steps"], self.args.accept_p), 4)
         env = dict(self.env, SGLANG_SIMULATE_ACC_LEN=str(pinned), SGLANG_SIMULATE_ACC_METHOD="match-expected")
         return env, pinned
 
