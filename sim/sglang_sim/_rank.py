@@ -172,6 +172,10 @@ class _Rank(object):
                     self.log(adaptive.MSG_BUILT.format(steps=state["steps"],
                                                        elapsed=(time.time() - t0) / self.scale,
                                                        mem=_gb(before - self.avail())))
+        if cfg.get("verify_error"):
+            # spec_utils.py sample_simulated_acc_len / eagle_utils.py: raised by the first verify
+            # (the warm-up request's), after the pools and graphs were built.
+            raise _SizingError("ValueError", cfg["verify_error"])
         if self.rank == 0:
             self.log("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=16384, "
                      "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB"

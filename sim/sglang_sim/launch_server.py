@@ -237,6 +237,14 @@ class Launcher(object):
         dev_error = _ensure_devices(s["dev_dir"], len(gpus))
         context_len = a["context_length"] or model["context_length"]
         spec = a["speculative_algorithm"] is not None
+        # SGLANG_SIMULATE_ACC_LEN (perf.simulated_accept): a value the release rejects fails its
+        # first verify, the launch's warm-up request, so the start fails before it is ready.
+        self.simulate_acc, verify_error = None, None
+        if spec:
+            try:
+                self.simulate_acc = perf.simulated_accept(os.environ)
+            except ValueError as exc:
+                verify_error = str(exc)
         capture_bs = server_args.capture_batch_sizes(a["cuda_graph_max_bs_decode"], spec)
         if a.get("cuda_graph_bs_decode"):
             # cuda_graph_hook.py parse_cuda_graph_config: an explicit list replaces the default.
@@ -257,7 +265,7 @@ class Launcher(object):
                    "disable_cuda_graph": a["disable_cuda_graph"],
                    "chunked_prefill_size": a["chunked_prefill_size"],
                    "max_running_requests": a["max_running_requests"] or 0,
-                   "context_len": context_len}
+                   "context_len": context_len, "verify_error": verify_error}
             if rank >= len(gpus):
                 cfg.update(device_error="CUDA error: invalid device ordinal", gpu_index=rank,
                            gpu_uuid="", plan={}, gpu_total_mib=0, gpu_reserved_mib=0, devices=[])
@@ -315,7 +323,7 @@ class Launcher(object):
                                plan0["max_total_num_tokens"], factor, self.scale, s["seed"],
                                context_len, log_prefix=" TP0" if tp > 1 else "",
                                cuda_graph=not a["disable_cuda_graph"], greedy_drift=drift,
-                               adaptive=policy)
+                               adaptive=policy, simulate_acc=self.simulate_acc)
         self.sched.start()
         self.srv = Server(a, self.sched, s, plan0, time.time())
         uvicorn_log("INFO:     Started server process [%d]" % os.getpid())

@@ -176,6 +176,57 @@ def draw_accepted(rng, steps, alpha):
     return n
 
 
+# SGLang's benchmarking knob that pins the accept length while the real draft and verify kernels
+# run (speculative/spec_utils.py, 0.5.23: SIMULATE_ACC_LEN, SIMULATE_ACC_METHOD and
+# SIMULATE_ACC_TOKEN_MODE, read once at import from environ.py's EnvFloat(-1),
+# EnvStr("match-expected") and EnvStr("fixed")).
+SIMULATE_ACC_METHODS = ("multinomial", "match-expected")
+SIMULATE_ACC_TOKEN_MODES = ("fixed", "real-draft-token")
+# spec_utils.py generate_simulated_accept_index, token mode "fixed": predict.fill_(100)
+SIMULATED_TOKEN_ID = 100
+
+
+def simulated_accept(environ):
+    """(accept length, method, token mode) the knob pins, or None when it is off (<= 0).
+
+    Raises ValueError with the release's texts: environ.py EnvFloat.parse for a value that is
+    not a float, spec_utils.py sample_simulated_acc_len / eagle_utils.py verify for a method or
+    token mode it does not know (the release raises those at the first verify, which the
+    launch's warm-up request runs, so the start fails either way)."""
+    raw = environ.get("SGLANG_SIMULATE_ACC_LEN")
+    if raw is None:
+        return None
+    try:
+        acc_len = float(raw)
+    except ValueError:
+        raise ValueError('"%s" is not a valid float value' % raw)
+    if not acc_len > 0:
+        return None
+    method = environ.get("SGLANG_SIMULATE_ACC_METHOD", "match-expected")
+    mode = environ.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "fixed")
+    if method not in SIMULATE_ACC_METHODS:
+        raise ValueError("Invalid simulate_acc_method: %s" % method)
+    if mode not in SIMULATE_ACC_TOKEN_MODES:
+        raise ValueError("Invalid SGLANG_SIMULATE_ACC_TOKEN_MODE %r; expected 'fixed' or "
+                         "'real-draft-token'." % mode)
+    return acc_len, method, mode
+
+
+def sample_simulated_acc_len(rng, acc_len, method, max_len):
+    """spec_utils.py sample_simulated_acc_len: the accept length (1..max_len) of one verify, one
+    draw for the whole batch. match-expected takes floor or ceil with the weights that make its
+    mean the pinned value; multinomial a normal draw (sd 1) clamped and rounded (torch.round and
+    Python's round both round half to even)."""
+    if method == "multinomial":
+        return int(round(min(max(rng.gauss(acc_len, 1.0), 1.0), max_len)))
+    acc_len = max(1.0, min(max_len, acc_len))
+    lower = int(acc_len // 1)
+    upper = lower + 1 if lower < max_len else lower
+    if lower == upper:
+        return lower
+    return upper if rng.random() < acc_len - lower else lower
+
+
 def noisy(rng, value, rel_sigma=0.012):
     """value with seeded gaussian noise (about 1-2%), never below half of it."""
     return max(value * 0.5, value * (1.0 + rng.gauss(0.0, rel_sigma)))

@@ -152,8 +152,10 @@ class Request(object):
 class Scheduler(object):
     def __init__(self, max_running_requests, steps, draft_tokens, token_capacity,
                  factor, time_scale, seed, context_len, log_prefix="", cuda_graph=True,
-                 greedy_drift=0.0, adaptive=None):
+                 greedy_drift=0.0, adaptive=None, simulate_acc=None):
         self.mrr = max_running_requests
+        # SGLANG_SIMULATE_ACC_LEN in force: (accept length, method, token mode), perf.simulated_accept
+        self.simulate_acc = simulate_acc
         # --speculative-adaptive: an adaptive.AdaptiveParams whose routed slot sets the step in
         # force before each decode step and hears its verify results after it.
         self.adaptive = adaptive
@@ -329,12 +331,28 @@ class Scheduler(object):
             steps = self.steps
             step_tokens = 0
             correct = []
+            pinned = fixed = None
+            if self.spec and self.simulate_acc is not None:
+                # eagle_utils.py verify -> spec_utils.py generate_simulated_accept_index: one
+                # accept length for the whole batch, drawn after the real verify; in token mode
+                # "fixed" every verified position becomes token 100 (predict.fill_(100)), so the
+                # model never ends an answer on its own.
+                acc_len, method, mode = self.simulate_acc
+                pinned = perf.sample_simulated_acc_len(self.rng, acc_len, method, steps + 1)
+                fixed = mode == "fixed"
             for req in list(self.running):
                 if req.finished:
                     continue
-                acc = perf.draw_accepted(req.rng, steps, req.alpha) if steps else 0
+                if pinned is not None:
+                    acc = pinned - 1
+                else:
+                    acc = perf.draw_accepted(req.rng, steps, req.alpha) if steps else 0
                 n = 1 + acc
-                ids = [self._next_token(req) for _i in range(n)]
+                if fixed:
+                    req.natural_len = None
+                    ids = [perf.SIMULATED_TOKEN_ID] * n
+                else:
+                    ids = [self._next_token(req) for _i in range(n)]
                 if self.spec:
                     # At steps 0 (adaptive) the verify still runs, on the bonus token alone
                     # (eagle_worker_v2.py _build_trivial_verify_input): accept length 1.

@@ -222,7 +222,9 @@ step_tunehyb() {
     --ready-timeout "${RS_HYB_READY_S:-260}" --python python3 --port "$PORT" \
     --relaunch-noise "${RS_NOISE:-0}" --out "$res/$name.json" --log-dir "$res/logs_$name" \
     $([[ -f $res/$name.json ]] && echo --resume "$res/$name.json")
-  [[ -n ${OUT:-} ]] && pack
+  local rc=$?
+  [[ -z ${OUT:-} ]] || pack
+  return $rc
 }
 
 # What a crashed SGLang leaves on the GPU, and the unit guard's clean start ending it: start a

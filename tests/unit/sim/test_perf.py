@@ -91,3 +91,31 @@ def test_regime_ignores_the_wording():
     assert not hasattr(perf, "is_realistic_text")
     assert perf.acceptance_alpha(0.0) == perf.acceptance_alpha(0.0, ignore_eos=True)
     assert perf.acceptance_alpha(0.5, True) < perf.acceptance_alpha(0.0, True)
+
+
+def test_simulated_accept_knob():
+    assert perf.simulated_accept({}) is None
+    assert perf.simulated_accept({"SGLANG_SIMULATE_ACC_LEN": "0"}) is None
+    assert perf.simulated_accept({"SGLANG_SIMULATE_ACC_LEN": "3.36", "SGLANG_SIMULATE_ACC_METHOD": "multinomial",
+                                  "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}) == (
+        3.36, "multinomial", "real-draft-token")
+    for env, text in [({"SGLANG_SIMULATE_ACC_LEN": "2,5"}, '"2,5" is not a valid float value'),
+                      ({"SGLANG_SIMULATE_ACC_LEN": "2", "SGLANG_SIMULATE_ACC_METHOD": "mean"},
+                       "Invalid simulate_acc_method: mean")]:
+        with pytest.raises(ValueError) as exc:
+            perf.simulated_accept(env)
+        assert str(exc.value) == text
+
+
+def test_sample_simulated_acc_len_means():
+    rng = random.Random(5)
+    draws = [perf.sample_simulated_acc_len(rng, 2.952, "match-expected", 4) for _ in range(20000)]
+    assert set(draws) == {2, 3}
+    assert abs(sum(draws) / 20000.0 - 2.952) < 0.01
+    assert {perf.sample_simulated_acc_len(rng, 3.0, "match-expected", 4) for _ in range(50)} == {3}
+    assert {perf.sample_simulated_acc_len(rng, 7.5, "match-expected", 4) for _ in range(50)} == {4}
+    assert {perf.sample_simulated_acc_len(rng, 0.2, "match-expected", 4) for _ in range(50)} == {1}
+    multi = [perf.sample_simulated_acc_len(rng, 2.5, "multinomial", 4) for _ in range(20000)]
+    assert set(multi) <= {1, 2, 3, 4} and len(set(multi)) == 4
+    # a clamped normal (sd 1) about 2.5 on [1, 4]: symmetric, so its rounded mean stays near 2.5
+    assert abs(sum(multi) / 20000.0 - 2.5) < 0.03

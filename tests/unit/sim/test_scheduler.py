@@ -193,3 +193,58 @@ def test_replayssm_drift_fault():
             picked += 1
             assert h == f  # same prompt, same place, whatever the depth
     assert 40 <= picked <= 80  # about half (binomial sd 5.5 around 60)
+
+
+def _pinned_run(simulate_acc, reqs_args, steps=3, mrr=48):
+    async def go():
+        s = Scheduler(mrr, steps, steps + 1, 10 ** 7, 1.0, 1e-4, 0, 262144, simulate_acc=simulate_acc)
+        s.start()
+        per_step = []
+
+        def sink(r, d, n):
+            per_step.append((s.decode_steps, n))
+
+        reqs = [Request("p%d" % i, ids, max_new, ignore_eos, 0.0, 0, sink=sink, steps=steps)
+                for i, (ids, max_new, ignore_eos) in enumerate(reqs_args)]
+        for r in reqs:
+            s.submit(r)
+        await asyncio.gather(*[r.done for r in reqs])
+        s.task.cancel()
+        return reqs, per_step
+
+    return _run(go())
+
+
+def test_pinned_accept_length_is_one_draw_per_batch():
+    # SGLANG_SIMULATE_ACC_LEN=2.952 (match-expected, fixed): each verify accepts 2 or 3 tokens for
+    # every request of the batch alike, with the pinned mean; the text is token 100 over and over
+    reqs, per_step = _pinned_run((2.952, "match-expected", "fixed"), [([7] * 8, 600, True)] * 4)
+    lengths = [len(r.output_ids) / float(r.verify_ct) for r in reqs]
+    assert all(abs(a - 2.952) < 0.12 for a in lengths), lengths
+    by_step = {}
+    for step, n in per_step[4:]:
+        by_step.setdefault(step, set()).add(n)
+    shared = [ns for step, ns in by_step.items() if len(ns) == 1]
+    assert len(shared) >= 0.9 * len(by_step)  # a request's last chunk is cut at max_new
+    assert {n for ns in by_step.values() for n in ns} <= {1, 2, 3}
+    assert all(set(r.output_ids[1:]) == {perf.SIMULATED_TOKEN_ID} for r in reqs)
+    # unpinned, the same requests draw per request from the model's alpha (about 3.9 at steps 3)
+    free, _ = _pinned_run(None, [([7] * 8, 600, True)] * 4)
+    assert all(len(r.output_ids) / float(r.verify_ct) > 3.5 for r in free)
+
+
+def test_pinned_fixed_tokens_never_end_an_answer():
+    # token 100 is never EOS: a request that lets the model stop runs to its max_new_tokens
+    reqs, _ = _pinned_run((2.0, "match-expected", "fixed"), [([3] * 8, 700, False)])
+    assert reqs[0].finish_reason == {"type": "length", "length": 700}
+    # in real-draft-token mode the tokens are the model's own (the greedy chain), so it ends
+    real, _ = _pinned_run((2.0, "match-expected", "real-draft-token"), [([3] * 8, 700, False)])
+    free, _ = _pinned_run(None, [([3] * 8, 700, False)])
+    assert real[0].output_ids == free[0].output_ids
+    assert real[0].finish_reason["type"] == "stop"
+
+
+def test_pinned_length_is_clamped_to_the_tree():
+    # a pin above steps + 1 accepts the whole tree every time (max_len = spec_steps + 1)
+    reqs, _ = _pinned_run((9.0, "match-expected", "fixed"), [([7] * 8, 199, True)], steps=2)
+    assert (len(reqs[0].output_ids) - 1) / float(reqs[0].verify_ct) == 3.0
