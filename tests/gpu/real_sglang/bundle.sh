@@ -82,7 +82,9 @@ mv "$site"/sgl_kernel "$site"/triton_kernels "$site"/sglang_kernel-0.4.5.dist-in
 mv "$site"/flashinfer/data "$ksite"/flashinfer/
 for name in site kernels; do
   dir=$site; [[ $name == kernels ]] && dir=$ksite
-  tar -C "$dir" -cf - . | xz -T2 -6 > "$out/$name.tar.xz.part"
+  # -9e, not the default -6: 42.9 + 15.8 MB instead of 46.3 + 16.0, so both tarballs, the
+  # tokenizer and the checkout (5.4 MB) travel in one call (3 minutes more on 2 cores)
+  tar -C "$dir" -cf - . | xz -T2 -9e > "$out/$name.tar.xz.part"
   mv "$out/$name.tar.xz.part" "$out/$name.tar.xz"
 done
 # The unpacked trees were only the tarballs' input: drop them (the wheels stay for the next build).
