@@ -9,8 +9,11 @@ same prompts, C=1, 8 requests of 256 in / 128 out, the collection's runs bracket
 
 Read back: the decode figure the tuner ranks by (TPOT, per-request decode tok/s) agrees within the
 2 % target on both endpoints, judged where the server held still; the whole-run output tok/s does
-not, and the time to first token alone accounts for that; and the per-chunk usage the collection
-asks for on chat costs the first token about 100 ms on this release and nothing after it."""
+not, and the time to first token alone accounts for that. The collection's chat runs with
+per-chunk usage started about 100 ms later than those without; 0.5.17's source reads the option
+only to attach a usage dict to content chunks, and bench_serving, which sends no stream_options,
+saw first tokens between the two levels: a spread of the server's, split by variant, not a traced
+cost (tests/gpu/real_sglang/README.md)."""
 
 import json
 import sys
@@ -66,10 +69,15 @@ def test_whole_run_throughput_differs_beyond_two_percent_and_first_token_time_is
     assert bench_compare.judge(rows()[("chat", "nochunkusage")], "output_throughput")["judged"]
 
 
-def test_per_chunk_usage_costs_the_first_token_not_the_decode():
+def test_chat_with_per_chunk_usage_started_later_and_decoded_alike():
     with_usage = rows()[("chat", "usage")]["collection"]
     without = rows()[("chat", "nochunkusage")]["collection"]
     assert min(r["ttft_ms_p50"] for r in with_usage) - max(r["ttft_ms_p50"] for r in without) > 60
     tpot_with = sorted(r["tpot_ms_mean"] for r in with_usage)
     tpot_without = sorted(r["tpot_ms_mean"] for r in without)
     assert abs(tpot_with[0] / tpot_without[0] - 1) < 0.01 and abs(tpot_with[-1] / tpot_without[-1] - 1) < 0.01
+    # bench_serving sends no stream_options at all, and its first chat tokens came between the
+    # two levels in both rows: the level is not set by the option
+    for key in (("chat", "usage"), ("chat", "nochunkusage")):
+        theirs = rows()[key]["bench_serving"]["ttft_ms_mean"]
+        assert max(r["ttft_ms_p50"] for r in without) < theirs < min(r["ttft_ms_p50"] for r in with_usage), key
