@@ -15,7 +15,16 @@ winner is the landscape's best or within the tie band of it, its mean regret, an
 and whether the landscape keeps the model the search's bounds rest on (the verify round's time
 convex in depth, the accept length concave).
 
-    .venv/bin/python tests/bench/bench_real_hybrid_search.py [--tunes 40] [--seed 1]
+Other acceptance models (``--accept-p``): the launches pinned the accept length, so the draft and
+the verify did the same work whatever was accepted, and what a launch measured beyond the pin is
+its verify round's time (accept length over tok/s). A landscape at another per-token acceptance
+p keeps those round times and takes the chain's accept length at p (``mtp_search.chain_tau``):
+every figure of depth k scaled by tau(k, p) / tau(k, 0.8). That rests on the round time not
+depending on what is accepted (true of the pinned kernels; a few more KV tokens per round at a
+higher p are not modelled). The measured landscape is p = 0.8; other rows are derived from it,
+labelled so.
+
+    .venv/bin/python tests/bench/bench_real_hybrid_search.py [--tunes 40] [--seed 1] [--accept-p 0.8,0.6,0.9]
 """
 
 from __future__ import print_function
@@ -54,6 +63,20 @@ def load(fixture_dir=FIX):
         for lv in data["levels"]:
             out.setdefault(depth, {}).setdefault(lv["concurrency"], []).append(
                 (lv["decode_tps_per_request"]["mean"], lv["output_throughput"], lv["accept_length"]))
+    return out
+
+
+PINNED_P = 0.8  # device.sh RS_ACC_P of every benchmarked start
+
+
+def at_acceptance(real, p):
+    """The measured landscape with the chain's accept length at per-token acceptance ``p`` in place
+    of the pinned one, round times kept (see the module docstring)."""
+    from ansible_collections.blackwell.sglang.plugins.plugin_utils import mtp_search  # noqa: E402 pylint: disable=import-outside-toplevel
+    out = {}
+    for k, levels in real.items():
+        r = mtp_search.chain_tau(k, p) / mtp_search.chain_tau(k, PINNED_P)
+        out[k] = {c: [(pr * r, ag * r, acc * r) for pr, ag, acc in pts] for c, pts in levels.items()}
     return out
 
 
@@ -156,8 +179,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--tunes", type=int, default=40)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--accept-p", default="0.8,0.6,0.9",
+                    help="per-token acceptance models, comma-separated (0.8: as measured; others derived)")
     args = ap.parse_args()
-    real = load()
+    measured = load()
+    real = measured
     cv = relaunch_cv(real)
     capmap = caps()
     print("Real landscape: H100, SGLang 0.5.17, depths %s; relaunch spread per launch (per-request / aggregate):"
@@ -172,6 +198,22 @@ def main():
             " ".join("%d-%d:%.2f" % m for m in marg)))
     bms.STEPS = sorted(real)
     bms.measure = measure_with(cv)
+    for p in [float(x) for x in args.accept_p.split(",")]:
+        real = measured if p == PINNED_P else at_acceptance(measured, p)
+        print("\nAcceptance p = %.2f (%s); accept length per depth %s" % (
+            p, "as measured" if p == PINNED_P else "derived: the measured round times, the chain's accept length",
+            " ".join("%d:%.2f" % (k, statistics.mean(pt[2] for pt in real[k][1])) for k in sorted(real))))
+        table(real, cv, capmap, args, p == PINNED_P)
+
+
+def table(real, cv, capmap, args, measured):
+    """One markdown table of the strategies on ``real`` (the measured landscape: every variant;
+    a derived one: the role's strategies and the sweep)."""
+    variants = (("sweep", capmap), ("climb", capmap), ("adaptive", capmap),
+                ("climb, monotone bounds", capmap), ("adaptive, monotone bounds", capmap),
+                ("climb, caps not read", None), ("adaptive, caps not read", None))
+    if not measured:
+        variants = variants[:4]
     print("\n| objective | best (true) | within the band | keeps the model | strategy | best | in band | "
           "mean regret | launches (median) |")
     print("|---|---|---|---|---|---:|---:|---:|---:|")
@@ -183,9 +225,7 @@ def main():
         noise = 2 * max(cv[(level, 0 if objective == "latency" else 1)] or 0.01, 0.005)
         band = [k for k, v in vals.items() if v >= vals[best_key] * (1 - noise)]
         keeps = bms.keeps_model(land)
-        for strategy, cap_of in (("sweep", capmap), ("climb", capmap), ("adaptive", capmap),
-                                 ("climb, monotone bounds", capmap), ("adaptive, monotone bounds", capmap),
-                                 ("climb, caps not read", None), ("adaptive, caps not read", None)):
+        for strategy, cap_of in variants:
             rng = random.Random(args.seed * 1000 + level)
             wins = inband = 0
             regrets, launches = [], []
