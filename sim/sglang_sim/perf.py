@@ -200,7 +200,7 @@ def simulated_accept(environ):
         acc_len = float(raw)
     except ValueError:
         raise ValueError('"%s" is not a valid float value' % raw)
-    if not acc_len > 0:
+    if math.isnan(acc_len) or acc_len <= 0:  # off, as the release's `SIMULATE_ACC_LEN > 0` is
         return None
     method = environ.get("SGLANG_SIMULATE_ACC_METHOD", "match-expected")
     mode = environ.get("SGLANG_SIMULATE_ACC_TOKEN_MODE", "fixed")

@@ -109,13 +109,13 @@ def test_simulated_accept_knob():
 
 def test_sample_simulated_acc_len_means():
     rng = random.Random(5)
-    draws = [perf.sample_simulated_acc_len(rng, 2.952, "match-expected", 4) for _ in range(20000)]
+    draws = [perf.sample_simulated_acc_len(rng, 2.952, "match-expected", 4) for dummy in range(20000)]
     assert set(draws) == {2, 3}
     assert abs(sum(draws) / 20000.0 - 2.952) < 0.01
-    assert {perf.sample_simulated_acc_len(rng, 3.0, "match-expected", 4) for _ in range(50)} == {3}
-    assert {perf.sample_simulated_acc_len(rng, 7.5, "match-expected", 4) for _ in range(50)} == {4}
-    assert {perf.sample_simulated_acc_len(rng, 0.2, "match-expected", 4) for _ in range(50)} == {1}
-    multi = [perf.sample_simulated_acc_len(rng, 2.5, "multinomial", 4) for _ in range(20000)]
+    assert {perf.sample_simulated_acc_len(rng, 3.0, "match-expected", 4) for dummy in range(50)} == {3}
+    assert {perf.sample_simulated_acc_len(rng, 7.5, "match-expected", 4) for dummy in range(50)} == {4}
+    assert {perf.sample_simulated_acc_len(rng, 0.2, "match-expected", 4) for dummy in range(50)} == {1}
+    multi = [perf.sample_simulated_acc_len(rng, 2.5, "multinomial", 4) for dummy in range(20000)]
     assert set(multi) <= {1, 2, 3, 4} and len(set(multi)) == 4
     # a clamped normal (sd 1) about 2.5 on [1, 4]: symmetric, so its rounded mean stays near 2.5
     assert abs(sum(multi) / 20000.0 - 2.5) < 0.03

@@ -229,22 +229,22 @@ def test_pinned_accept_length_is_one_draw_per_batch():
     assert {n for ns in by_step.values() for n in ns} <= {1, 2, 3}
     assert all(set(r.output_ids[1:]) == {perf.SIMULATED_TOKEN_ID} for r in reqs)
     # unpinned, the same requests draw per request from the model's alpha (about 3.9 at steps 3)
-    free, _ = _pinned_run(None, [([7] * 8, 600, True)] * 4)
+    free, dummy = _pinned_run(None, [([7] * 8, 600, True)] * 4)
     assert all(len(r.output_ids) / float(r.verify_ct) > 3.5 for r in free)
 
 
 def test_pinned_fixed_tokens_never_end_an_answer():
     # token 100 is never EOS: a request that lets the model stop runs to its max_new_tokens
-    reqs, _ = _pinned_run((2.0, "match-expected", "fixed"), [([3] * 8, 700, False)])
+    reqs, dummy = _pinned_run((2.0, "match-expected", "fixed"), [([3] * 8, 700, False)])
     assert reqs[0].finish_reason == {"type": "length", "length": 700}
     # in real-draft-token mode the tokens are the model's own (the greedy chain), so it ends
-    real, _ = _pinned_run((2.0, "match-expected", "real-draft-token"), [([3] * 8, 700, False)])
-    free, _ = _pinned_run(None, [([3] * 8, 700, False)])
+    real, dummy = _pinned_run((2.0, "match-expected", "real-draft-token"), [([3] * 8, 700, False)])
+    free, dummy = _pinned_run(None, [([3] * 8, 700, False)])
     assert real[0].output_ids == free[0].output_ids
     assert real[0].finish_reason["type"] == "stop"
 
 
 def test_pinned_length_is_clamped_to_the_tree():
     # a pin above steps + 1 accepts the whole tree every time (max_len = spec_steps + 1)
-    reqs, _ = _pinned_run((9.0, "match-expected", "fixed"), [([7] * 8, 199, True)], steps=2)
+    reqs, dummy = _pinned_run((9.0, "match-expected", "fixed"), [([7] * 8, 199, True)], steps=2)
     assert (len(reqs[0].output_ids) - 1) / float(reqs[0].verify_ct) == 3.0
