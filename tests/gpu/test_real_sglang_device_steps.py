@@ -9,9 +9,11 @@ session's only measurement. This runs the steps the next lease runs (``hybrid`` 
 ``tunehyb`` cut by its time limit and resumed by the next call) on sglang_sim, which serves the
 trimmed hybrid's own config.json and pins the accept length by SGLang's knob as the release does.
 Asserted: what the tarball brings back, the pin each start and each tune candidate ran under, the
-accept length measured against it, and that a resumed tune launches only what is left. Figures are
+accept length measured against it, that a resumed tune launches only what is left, and that the
+winner it records is the one the role's decision takes from its attempts. Figures are
 the simulator's; only structure and the pin are asserted."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -26,6 +28,21 @@ ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ROOT / "tests" / "gpu" / "real_sglang" / "device.sh"
 SIM = ROOT / "sim"
 sys.path.insert(0, str(ROOT / "tests" / "gpu" / "real_sglang"))
+
+
+def redecide(doc, tmp_path):
+    """The winner the role's own decision (tune_real.Tuner.winner: mtp_winner with the role's
+    defaults) takes from the record's attempts, and the launch it would make next."""
+    spec = importlib.util.spec_from_file_location("real_sglang_tune_real_steps",
+                                                  ROOT / "tests" / "gpu" / "real_sglang" / "tune_real.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tuner = mod.Tuner(mod.parse_args([
+        "--server-args", " ".join(doc["setup"]["server_args"]), "--algorithm", "NEXTN", "--draft", "",
+        "--strategy", doc["strategy"], "--steps", "1-6", "--levels", "1", "--accept-p", "0.8",
+        "--out", str(tmp_path / "redecided.json")]))
+    tuner.attempts = doc["attempts"]
+    return tuner.winner(), tuner.next_launch()
 
 
 def chain_tau(k, p):
@@ -111,3 +128,6 @@ def test_hybrid_then_a_tune_cut_and_resumed(lease):
         if att["status"] == "ok":
             measured = att["metrics"]["1"]["request_accept_length"]
             assert abs(measured - att["accept_pinned"]) < 0.12, (k, measured)
+    # what the record names is what the role decides from its attempts, with nothing left to launch
+    winner, nxt = redecide(doc, tmp_path)
+    assert winner["key"] == doc["winner"]["key"] and nxt is None
