@@ -24,10 +24,11 @@ from pathlib import Path
 import pytest
 from loopback import free_port
 
+from ansible_collections.blackwell.sglang.plugins.plugin_utils.mtp_search import chain_tau
+
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = ROOT / "tests" / "gpu" / "real_sglang" / "device.sh"
 SIM = ROOT / "sim"
-sys.path.insert(0, str(ROOT / "tests" / "gpu" / "real_sglang"))
 
 
 def redecide(doc, tmp_path):
@@ -43,10 +44,6 @@ def redecide(doc, tmp_path):
         "--out", str(tmp_path / "redecided.json")]))
     tuner.attempts = doc["attempts"]
     return tuner.winner(), tuner.next_launch()
-
-
-def chain_tau(k, p):
-    return (1 - p ** (k + 1)) / (1 - p)
 
 
 @pytest.fixture(name="lease")
@@ -94,7 +91,7 @@ def fixture_lease(tmp_path):
 def test_hybrid_then_a_tune_cut_and_resumed(lease):
     call, tmp_path = lease
     text, files = call(["hybrid"], tmp_path / "out1", RS_HYB_DEPTHS="3 3r2", RS_HYB_LEVELS="1,4")
-    assert "hybrid: " not in text or "did not start" not in text, text[-3000:]
+    assert "did not start" not in text, text[-3000:]
     for label in ("hyb_experts32_s3", "hyb_experts32_s3_r2"):
         mem = files["mem_%s.txt" % label]
         assert "accept_pinned=%.3f" % round(chain_tau(3, 0.8), 4) in mem and "ready=1" in mem, mem
